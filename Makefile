@@ -1,0 +1,44 @@
+# Two entry points on a fresh machine: `make book` and `make test`. Both set up .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0
+
+.PHONY: install book test lint typecheck unit nbval baseline clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+book: install
+	$(BIN)/circuitlasso reproduce --profile toy
+	$(BIN)/jupyter-book build . --warningiserror --keep-going
+	@echo "book: $(CURDIR)/_build/html/index.html"
+
+lint: install
+	$(BIN)/ruff check lib tests benchmarks notebooks
+	$(BIN)/ruff format --check lib tests benchmarks
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest tests
+
+nbval: install
+	$(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks
+
+test: lint typecheck unit nbval
+
+baseline: install
+	$(BIN)/circuitlasso reproduce --profile toy --update-baseline
+
+clean:
+	rm -rf _build book/sections

@@ -1,0 +1,83 @@
+"""Run every section on the toy profile in a copy of the repository and build the book."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from circuitlasso import reproduce as rp
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
+
+
+def _toc_files(root: Path) -> list[str]:
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    return [toc["root"]] + [entry["file"] for entry in toc["chapters"]]
+
+
+@pytest.fixture(scope="module")
+def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("book")
+    for name in BOOK_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("sections"))
+        else:
+            shutil.copy(source, root / name)
+    cli = Path(sys.executable).parent / "circuitlasso"
+    subprocess.run([str(cli), "reproduce", "--root", str(root), "--no-progress"], check=True)
+    jb = Path(sys.executable).parent / "jupyter-book"
+    subprocess.run([str(jb), "build", str(root), "--warningiserror"], check=True)
+    return root
+
+
+@pytest.mark.slow
+def test_every_section_ran_without_error_cells(built_book: Path) -> None:
+    project = rp.Project(built_book)
+    for section in rp.sections(project):
+        nb = nbformat.read(project.executed(section), as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if o.output_type == "error"]
+        assert not errors, f"{section}: error outputs {errors}"
+        assert nb.metadata["papermill"]["parameters"]["profile"] == "toy"
+
+
+@pytest.mark.slow
+def test_every_chapter_is_rendered(built_book: Path) -> None:
+    html = built_book / "_build" / "html"
+    assert (html / "index.html").is_file()
+    for entry in _toc_files(built_book):
+        page = html / f"{entry}.html"
+        assert page.is_file(), f"chapter {entry} was not rendered"
+        assert "<h1" in page.read_text()
+
+
+@pytest.mark.slow
+def test_section_chapters_show_their_figures(built_book: Path) -> None:
+    html = built_book / "_build" / "html"
+    for section in rp.sections(rp.Project(built_book)):
+        page = (html / "book" / "sections" / f"{section}.html").read_text()
+        images = re.findall(r"<img [^>]*src=\"([^\"]+)\"", page)
+        assert images, f"section {section} renders no figure"
+        for src in images:
+            assert (html / "book" / "sections" / src).resolve().is_file(), src
+
+
+@pytest.mark.slow
+def test_intro_names_the_profile_from_metadata(built_book: Path) -> None:
+    intro = (built_book / "_build" / "html" / "book" / "intro.html").read_text()
+    assert "built with the <strong>toy</strong> profile" in intro
+
+
+@pytest.mark.slow
+def test_api_reference_documents_the_library(built_book: Path) -> None:
+    api = (built_book / "_build" / "html" / "book" / "api.html").read_text()
+    assert "circuitlasso.reproduce.run_section" in api

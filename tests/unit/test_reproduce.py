@@ -1,0 +1,136 @@
+"""Parameter handling of `circuitlasso reproduce`, on a small project written in tmp_path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from circuitlasso import reproduce as rp
+from circuitlasso.cli import build_parser, main
+
+
+def _template(path: Path, source: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    params = nbformat.v4.new_code_cell(source)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("result = seed * 2\nprint(result)")]
+    nbformat.write(nb, path)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> rp.Project:
+    (tmp_path / "notebooks" / "params").mkdir(parents=True)
+    _template(tmp_path / "notebooks" / "alpha.ipynb", 'profile = "toy"\nseed = 0\nlam = 0.1')
+    _template(tmp_path / "notebooks" / "beta.ipynb", 'profile = "toy"\nseed = 0\nwidth = 4')
+    (tmp_path / "notebooks" / "params" / "toy.yaml").write_text("alpha:\n  lam: 0.1\n")
+    (tmp_path / "notebooks" / "params" / "paper.yaml").write_text("alpha:\n  lam: 0.01\n")
+    (tmp_path / "_toc.yml").write_text(
+        "root: book/intro\nchapters:\n- file: book/sections/beta\n- file: book/sections/alpha\n"
+    )
+    return rp.Project(tmp_path)
+
+
+def test_sections_follow_toc_order(project: rp.Project) -> None:
+    assert rp.sections(project) == ["beta", "alpha"]
+    assert rp.profiles(project) == ["paper", "toy"]
+
+
+def test_template_parameters_reads_defaults(project: rp.Project) -> None:
+    assert rp.template_parameters(project.template("alpha")) == {
+        "profile": "toy",
+        "seed": 0,
+        "lam": 0.1,
+    }
+
+
+def test_profile_values_and_overrides_are_merged(project: rp.Project) -> None:
+    params = rp.resolve_parameters(project, "paper", "alpha", {"seed": 3})
+    assert params == {"profile": "paper", "lam": 0.01, "seed": 3}
+
+
+@pytest.mark.parametrize(
+    ("profile", "section", "overrides", "message"),
+    [
+        ("huge", "alpha", {}, "unknown profile 'huge'; valid: paper, toy"),
+        ("toy", "gamma", {}, "unknown section 'gamma'; valid: beta, alpha"),
+        ("toy", "alpha", {"lamb": 1}, "unknown parameter 'lamb' for section 'alpha'"),
+    ],
+)
+def test_bad_names_are_listed(
+    project: rp.Project, profile: str, section: str, overrides: dict, message: str
+) -> None:
+    with pytest.raises(rp.ReproduceError, match=message):
+        rp.resolve_parameters(project, profile, section, overrides)
+
+
+def test_profile_file_with_unknown_parameter_is_rejected(project: rp.Project) -> None:
+    (project.params / "toy.yaml").write_text("alpha:\n  lr: 3\n")
+    with pytest.raises(rp.ReproduceError, match=r"'lr'.*params/toy.yaml \[alpha\]"):
+        rp.resolve_parameters(project, "toy", "alpha", {})
+
+
+def test_overrides_go_to_the_sections_declaring_them(project: rp.Project) -> None:
+    split = rp.split_overrides(project, ["alpha", "beta"], {"lam": 1.0, "seed": 2})
+    assert split == {"alpha": {"lam": 1.0, "seed": 2}, "beta": {"seed": 2}}
+    with pytest.raises(rp.ReproduceError, match="unknown parameter 'depth'; valid: lam, "):
+        rp.split_overrides(project, ["alpha", "beta"], {"depth": 1})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("seed=3", ("seed", 3)), ("lams=[0.1, 1e-3]", ("lams", [0.1, 1e-3])), ("m=gpt2", ("m", "gpt2"))],
+)
+def test_parse_assignment(text: str, expected: tuple) -> None:
+    assert rp.parse_assignment(text) == expected
+
+
+def test_parse_assignment_rejects_missing_equals() -> None:
+    with pytest.raises(rp.ReproduceError, match="key=value"):
+        rp.parse_assignment("seed")
+
+
+def test_cli_reports_one_line_errors(project: rp.Project, capsys: pytest.CaptureFixture) -> None:
+    code = main(["reproduce", "--root", str(project.root), "--profile", "gpu"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == "circuitlasso: error: unknown profile 'gpu'; valid: paper, toy"
+    code = main(["reproduce", "--root", str(project.root), "-p", "zzz=1"])
+    assert code == 2
+    assert "unknown parameter 'zzz'; valid: lam, profile, seed, width" in capsys.readouterr().err
+
+
+def test_help_describes_every_option(capsys: pytest.CaptureFixture) -> None:
+    parser = build_parser()
+    for argv in (["--help"], ["reproduce", "--help"], ["toy", "build", "--help"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+    text = capsys.readouterr().out
+    for option in ("--profile", "--section", "--parameter", "--root", "--update-baseline"):
+        assert option in text
+    for action in parser._subparsers._group_actions[0].choices["reproduce"]._actions:
+        assert action.help, f"option {action.option_strings} has no help text"
+
+
+@pytest.mark.slow
+def test_run_section_writes_executed_copy_and_build_info(project: rp.Project) -> None:
+    params = rp.resolve_parameters(project, "paper", "alpha", {"seed": 21})
+    out = rp.run_section(project, "alpha", params, progress=False)
+    nb = nbformat.read(out, as_version=4)
+    assert nb.cells[-1].outputs[0]["text"].strip() == "42"
+    assert nbformat.read(project.template("alpha"), as_version=4).cells[-1].outputs == []
+    info = rp.build_info(project)
+    assert info["alpha"]["profile"] == "paper"
+    assert "**paper**" in rp.write_build_info(project).read_text()
+
+
+@pytest.mark.slow
+def test_failing_cell_is_named(project: rp.Project) -> None:
+    nb = nbformat.read(project.template("beta"), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("raise RuntimeError('boom')"))
+    nbformat.write(nb, project.template("beta"))
+    with pytest.raises(rp.ReproduceError, match=r"'beta' failed in cell 3 \[raise RuntimeError\('boom'\)\]: RuntimeError: boom"):
+        rp.run_section(project, "beta", {"profile": "toy"}, progress=False)
