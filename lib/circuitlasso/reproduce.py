@@ -137,9 +137,7 @@ def split_overrides(
         if not any(name in known for known in declared.values()):
             valid = sorted({n for known in declared.values() for n in known})
             raise ReproduceError(f"unknown parameter '{name}'; valid: {', '.join(valid)}")
-    return {
-        s: {k: v for k, v in overrides.items() if k in known} for s, known in declared.items()
-    }
+    return {s: {k: v for k, v in overrides.items() if k in known} for s, known in declared.items()}
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

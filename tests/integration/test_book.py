@@ -44,8 +44,13 @@ def test_every_section_ran_without_error_cells(built_book: Path) -> None:
     project = rp.Project(built_book)
     for section in rp.sections(project):
         nb = nbformat.read(project.executed(section), as_version=4)
-        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                  if o.output_type == "error"]
+        errors = [
+            o
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.outputs
+            if o.output_type == "error"
+        ]
         assert not errors, f"{section}: error outputs {errors}"
         assert nb.metadata["papermill"]["parameters"]["profile"] == "toy"
 

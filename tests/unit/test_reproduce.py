@@ -13,7 +13,11 @@ from circuitlasso.cli import build_parser, main
 
 def _template(path: Path, source: str) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.metadata["language_info"] = {"name": "python"}
     params = nbformat.v4.new_code_cell(source)
     params.metadata["tags"] = ["parameters"]
@@ -82,7 +86,11 @@ def test_overrides_go_to_the_sections_declaring_them(project: rp.Project) -> Non
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("seed=3", ("seed", 3)), ("lams=[0.1, 1e-3]", ("lams", [0.1, 1e-3])), ("m=gpt2", ("m", "gpt2"))],
+    [
+        ("seed=3", ("seed", 3)),
+        ("lams=[0.1, 1e-3]", ("lams", [0.1, 1e-3])),
+        ("m=gpt2", ("m", "gpt2")),
+    ],
 )
 def test_parse_assignment(text: str, expected: tuple) -> None:
     assert rp.parse_assignment(text) == expected
@@ -132,5 +140,8 @@ def test_failing_cell_is_named(project: rp.Project) -> None:
     nb = nbformat.read(project.template("beta"), as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("raise RuntimeError('boom')"))
     nbformat.write(nb, project.template("beta"))
-    with pytest.raises(rp.ReproduceError, match=r"'beta' failed in cell 3 \[raise RuntimeError\('boom'\)\]: RuntimeError: boom"):
+    with pytest.raises(
+        rp.ReproduceError,
+        match=r"'beta' failed in cell 3 \[raise RuntimeError\('boom'\)\]: RuntimeError: boom",
+    ):
         rp.run_section(project, "beta", {"profile": "toy"}, progress=False)
