@@ -1,0 +1,249 @@
+"""Content-addressed on-disk cache: verified downloads and keyed results, written atomically.
+
+Two stores live under one root (``$CIRCUITLASSO_CACHE``, default ``~/.cache/circuitlasso``):
+
+- ``files/<sha256>/<name>``: downloaded resources, addressed by their sha256 (:func:`fetch`).
+- ``results/<key>...``: values computed by the library (tensors, dicts of tensors), addressed by
+  :func:`cache_key` and saved with ``torch.save`` (:func:`load_or_compute`,
+  :func:`load_or_compute_chunks`).
+
+Every write goes to a temporary file in the destination folder and is moved into place with
+``os.replace``, so an interrupted run never leaves a truncated file behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from tqdm.auto import tqdm
+
+CACHE_ENV = "CIRCUITLASSO_CACHE"
+MIRROR_ENV = "CIRCUITLASSO_MIRROR"
+
+T = TypeVar("T")
+
+
+class ResourceUnavailableError(RuntimeError):
+    """A resource is neither cached nor mirrored locally, and downloading it failed."""
+
+
+def hub_resource_error(
+    what: str,
+    repo: str,
+    err: Exception,
+    *,
+    repo_type: str = "model",
+    include: str | None = None,
+) -> ResourceUnavailableError:
+    """The error for a Hugging Face hub resource that is neither in the hub cache nor downloadable.
+
+    It names the ``hf download`` command to run with network and the hub-cache folder to copy the
+    result to.
+    """
+    from huggingface_hub import constants
+
+    folder = Path(constants.HF_HUB_CACHE) / f"{repo_type}s--{repo.replace('/', '--')}"
+    command = f"hf download {repo}"
+    if repo_type != "model":
+        command += f" --repo-type {repo_type}"
+    if include is not None:
+        command += f" --include '{include}'"
+    return ResourceUnavailableError(
+        f"cannot load {what} from the Hugging Face hub repo {repo!r} ({err}). On a machine with "
+        f"network run `{command}` and copy the resulting hub-cache folder to {folder} (or set "
+        "HF_HUB_CACHE to a folder holding it), then set HF_HUB_OFFLINE=1. Gated repos (Gemma) "
+        "need an accepted licence on huggingface.co and HF_TOKEN."
+    )
+
+
+def cache_root() -> Path:
+    """The cache root: ``$CIRCUITLASSO_CACHE`` if set, else ``~/.cache/circuitlasso``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "circuitlasso"
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; move it onto ``path`` if the block succeeds.
+
+    The temporary file is removed if the block raises, so ``path`` is either absent or complete.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def sha256_of(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    """Hex sha256 digest of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _file_name(url: str) -> str:
+    name = Path(urllib.parse.urlparse(url).path).name
+    if not name:
+        raise ValueError(f"cannot infer a file name from url {url!r}; pass filename=")
+    return name
+
+
+def _check_sha256(sha256: str) -> str:
+    sha256 = sha256.lower()
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ValueError(f"sha256 must be 64 hex characters, got {sha256!r}")
+    return sha256
+
+
+def _download(url: str, dest: Path, expected_sha256: str) -> None:
+    """Stream ``url`` into ``dest`` atomically with a progress bar, verifying its sha256."""
+    digest = hashlib.sha256()
+    with atomic_path(dest) as tmp:
+        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name) as bar:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+        if digest.hexdigest() != expected_sha256:
+            raise ValueError(
+                f"downloaded {url} has sha256 {digest.hexdigest()}, expected {expected_sha256}"
+            )
+
+
+def fetch(
+    url: str,
+    sha256: str,
+    *,
+    mirror: str | Path | None = None,
+    filename: str | None = None,
+) -> Path:
+    """Return a local path to the file at ``url`` whose content has the given sha256.
+
+    Lookup order: (1) the cache, ``<cache root>/files/<sha256>/<filename>``; (2) a local mirror
+    directory (``mirror`` or ``$CIRCUITLASSO_MIRROR``) holding ``<filename>``, copied into the
+    cache; (3) a download, verified and written atomically. A mirrored or downloaded file whose
+    sha256 differs raises ``ValueError``; a failed download raises
+    :class:`ResourceUnavailableError` saying what to download and where to put it.
+    """
+    sha256 = _check_sha256(sha256)
+    name = filename or _file_name(url)
+    cached = cache_root() / "files" / sha256 / name
+    if cached.is_file():
+        if sha256_of(cached) == sha256:
+            return cached
+        cached.unlink()  # corrupted entry: fetch it again
+
+    mirror_dir = mirror if mirror is not None else os.environ.get(MIRROR_ENV)
+    if mirror_dir:
+        mirrored = Path(mirror_dir).expanduser() / name
+        if mirrored.is_file():
+            actual = sha256_of(mirrored)
+            if actual != sha256:
+                raise ValueError(
+                    f"mirror file {mirrored} has sha256 {actual}, expected {sha256} "
+                    f"(the file at {url})"
+                )
+            with atomic_path(cached) as tmp:
+                shutil.copyfile(mirrored, tmp)
+            return cached
+
+    try:
+        _download(url, cached, sha256)
+    except OSError as err:  # urllib.error.URLError included
+        mirror_hint = (
+            f"{Path(mirror_dir).expanduser() / name}"
+            if mirror_dir
+            else f"<dir>/{name} and set {MIRROR_ENV}=<dir>"
+        )
+        raise ResourceUnavailableError(
+            f"cannot download {url} ({err}). Download it on a machine with network "
+            f"(sha256 {sha256}) and put it either at {mirror_hint} (a local mirror) "
+            f"or at {cached} (the cache)."
+        ) from err
+    return cached
+
+
+def _canonical(value: Any, key: str) -> Any:
+    """Check a cache-key part is made of strings, numbers, booleans, None and sequences."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return [_canonical(v, key) for v in value]
+    raise ValueError(
+        f"cache_key part {key!r} has type {type(value).__name__}; "
+        "use strings, numbers, booleans, None or lists of them"
+    )
+
+
+def cache_key(**parts: Any) -> str:
+    """Hex sha256 of the parts (strings, numbers, booleans, None, lists), order-independent."""
+    canonical = {name: _canonical(value, name) for name, value in parts.items()}
+    payload = json.dumps(canonical, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _results_dir(root: str | Path | None) -> Path:
+    return (Path(root) if root is not None else cache_root()) / "results"
+
+
+def _load_or_save(path: Path, fn: Callable[[], T]) -> T:
+    if path.is_file():
+        return torch.load(path, weights_only=True)
+    value = fn()
+    with atomic_path(path) as tmp:
+        torch.save(value, tmp)
+    return value
+
+
+def load_or_compute(key: str, fn: Callable[[], T], *, root: str | Path | None = None) -> T:
+    """Return the value cached under ``key``; else compute ``fn()``, save it atomically, return it.
+
+    Values are what ``torch.load(weights_only=True)`` reads back: tensors, numbers, strings and
+    lists / tuples / dicts of them. ``root`` defaults to :func:`cache_root`.
+    """
+    return _load_or_save(_results_dir(root) / f"{key}.pt", fn)
+
+
+def load_or_compute_chunks(
+    key: str,
+    n_chunks: int,
+    fn: Callable[[int], T],
+    *,
+    root: str | Path | None = None,
+    desc: str | None = None,
+) -> list[T]:
+    """Return ``[fn(0), ..., fn(n_chunks - 1)]``, each chunk cached on its own (resumable).
+
+    Chunk ``i`` is saved atomically to ``results/<key>/chunk_<i>.pt`` as soon as it is computed,
+    so a rerun after an interruption computes only the missing chunks. ``key`` must already
+    determine the chunking (include the chunk size in :func:`cache_key`).
+    """
+    if n_chunks < 0:
+        raise ValueError(f"n_chunks must be >= 0, got {n_chunks}")
+    folder = _results_dir(root) / key
+    return [
+        _load_or_save(folder / f"chunk_{i:06d}.pt", functools.partial(fn, i))
+        for i in tqdm(range(n_chunks), desc=desc or f"chunks {key[:8]}", leave=False)
+    ]

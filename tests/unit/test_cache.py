@@ -1,0 +1,167 @@
+"""Tests for circuitlasso.cache: verified fetches, keyed results, resumable chunks."""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+
+from circuitlasso import cache
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv(cache.CACHE_ENV, str(root))
+    monkeypatch.delenv(cache.MIRROR_ENV, raising=False)
+    return root
+
+
+@pytest.fixture
+def resource(tmp_path: Path) -> tuple[Path, str]:
+    """A local file and its sha256, computed independently of the cache module."""
+    path = tmp_path / "source" / "data.bin"
+    path.parent.mkdir()
+    payload = bytes(range(256)) * 4096
+    path.write_bytes(payload)
+    return path, hashlib.sha256(payload).hexdigest()
+
+
+def test_cache_root_follows_environment(cache_dir: Path) -> None:
+    assert cache.cache_root() == cache_dir
+
+
+def test_fetch_downloads_verifies_and_reuses(
+    resource: tuple[Path, str], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, sha = resource
+    fetched = cache.fetch(path.as_uri(), sha)  # file:// goes through the download path
+    assert fetched == cache_dir / "files" / sha / "data.bin"
+    assert fetched.read_bytes() == path.read_bytes()
+    assert not [p for p in fetched.parent.iterdir() if p.name.endswith(".tmp")]
+
+    def no_download(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cached file must not be downloaded again")
+
+    monkeypatch.setattr(cache.urllib.request, "urlopen", no_download)
+    assert cache.fetch("https://example.invalid/data.bin", sha) == fetched
+
+
+def test_fetch_replaces_a_corrupted_cache_entry(resource: tuple[Path, str]) -> None:
+    path, sha = resource
+    fetched = cache.fetch(path.as_uri(), sha)
+    fetched.write_bytes(b"truncated")
+    assert cache.fetch(path.as_uri(), sha).read_bytes() == path.read_bytes()
+
+
+def test_fetch_copies_from_mirror(
+    resource: tuple[Path, str], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, sha = resource
+    monkeypatch.setenv(cache.MIRROR_ENV, str(path.parent))
+    fetched = cache.fetch("https://example.invalid/files/data.bin", sha)
+    assert fetched == cache_dir / "files" / sha / "data.bin"
+    assert fetched.read_bytes() == path.read_bytes()
+
+
+def test_fetch_rejects_mirror_file_with_wrong_sha256(resource: tuple[Path, str]) -> None:
+    path, _ = resource
+    wrong = "0" * 64
+    with pytest.raises(ValueError, match=f"{path}.*has sha256 .*expected {wrong}"):
+        cache.fetch("https://example.invalid/data.bin", wrong, mirror=path.parent)
+
+
+def test_fetch_rejects_download_with_wrong_sha256(
+    resource: tuple[Path, str], cache_dir: Path
+) -> None:
+    path, _ = resource
+    wrong = "f" * 64
+    with pytest.raises(ValueError, match="expected " + wrong):
+        cache.fetch(path.as_uri(), wrong)
+    assert list((cache_dir / "files" / wrong).iterdir()) == []  # no partial file kept
+
+
+def test_fetch_offline_and_missing_says_what_and_where(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def offline(*args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(cache.urllib.request, "urlopen", offline)
+    url, sha = "https://example.org/pub/corpus.zip", "a" * 64
+    with pytest.raises(cache.ResourceUnavailableError) as info:
+        cache.fetch(url, sha)
+    message = str(info.value)
+    assert url in message
+    assert cache.MIRROR_ENV in message
+    assert str(cache_dir / "files" / sha / "corpus.zip") in message
+
+    mirror = tmp_path / "empty-mirror"
+    mirror.mkdir()
+    with pytest.raises(cache.ResourceUnavailableError, match=str(mirror / "corpus.zip")):
+        cache.fetch(url, sha, mirror=mirror)
+
+
+def test_fetch_rejects_malformed_sha256() -> None:
+    with pytest.raises(ValueError, match="64 hex"):
+        cache.fetch("https://example.invalid/x.zip", "abc")
+
+
+def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
+    target = tmp_path / "out" / "result.bin"
+    with pytest.raises(RuntimeError), cache.atomic_path(target) as tmp:
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("interrupted")
+    assert list(target.parent.iterdir()) == []
+
+
+def test_cache_key_is_deterministic_and_order_free() -> None:
+    key = cache.cache_key(model="gpt2", layers=[0, 1], lam=0.1, sae=None)
+    assert key == cache.cache_key(sae=None, lam=0.1, layers=(0, 1), model="gpt2")
+    assert len(key) == 64
+    assert key != cache.cache_key(model="gpt2", layers=[0, 1], lam=0.2, sae=None)
+    assert key != cache.cache_key(model="gpt2", layers=[1, 0], lam=0.1, sae=None)
+
+
+def test_cache_key_rejects_unhashable_parts() -> None:
+    with pytest.raises(ValueError, match="'tensor'"):
+        cache.cache_key(tensor=torch.zeros(2))
+
+
+def test_load_or_compute_saves_once(cache_dir: Path) -> None:
+    calls = []
+
+    def compute() -> dict[str, torch.Tensor]:
+        calls.append(1)
+        return {"acts": torch.arange(6.0).reshape(2, 3)}
+
+    key = cache.cache_key(name="acts")
+    first = cache.load_or_compute(key, compute)
+    second = cache.load_or_compute(key, compute)
+    assert len(calls) == 1
+    torch.testing.assert_close(second["acts"], first["acts"])
+    assert (cache_dir / "results" / f"{key}.pt").is_file()
+
+
+def test_load_or_compute_chunks_resumes_after_interruption(tmp_path: Path) -> None:
+    computed: list[int] = []
+    interrupt_at = [2]  # the first run stops at chunk 2
+
+    def chunk(i: int) -> torch.Tensor:
+        if i in interrupt_at:
+            interrupt_at.clear()
+            raise KeyboardInterrupt
+        computed.append(i)
+        return torch.full((3,), float(i))
+
+    key = cache.cache_key(collector="test", chunk_size=3)
+    with pytest.raises(KeyboardInterrupt):
+        cache.load_or_compute_chunks(key, 4, chunk, root=tmp_path)
+    assert computed == [0, 1]
+
+    chunks = cache.load_or_compute_chunks(key, 4, chunk, root=tmp_path)
+    assert computed == [0, 1, 2, 3]  # chunks 0 and 1 were read back, not recomputed
+    torch.testing.assert_close(torch.stack(chunks), torch.arange(4.0)[:, None].expand(4, 3))
