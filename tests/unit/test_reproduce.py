@@ -145,3 +145,19 @@ def test_failing_cell_is_named(project: rp.Project) -> None:
         match=r"'beta' failed in cell 3 \[raise RuntimeError\('boom'\)\]: RuntimeError: boom",
     ):
         rp.run_section(project, "beta", {"profile": "toy"}, progress=False)
+
+
+@pytest.mark.slow
+def test_update_baseline_copies_outputs_into_the_template(project: rp.Project) -> None:
+    rp.run_section(project, "alpha", {"profile": "toy"}, progress=False)
+    rp.update_baseline(project, "alpha")
+    template = nbformat.read(project.template("alpha"), as_version=4)
+    assert [c.metadata.get("tags", []) for c in template.cells] == [["parameters"], []]
+    assert template.cells[-1].outputs[0]["text"].strip() == "0"
+
+
+def test_update_baseline_refuses_a_copy_of_another_template(project: rp.Project) -> None:
+    project.sections_out.mkdir(parents=True)
+    nbformat.write(nbformat.read(project.template("beta"), as_version=4), project.executed("alpha"))
+    with pytest.raises(rp.ReproduceError, match="does not match its template"):
+        rp.update_baseline(project, "alpha")
