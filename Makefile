@@ -19,7 +19,7 @@ install: $(STAMP)
 
 book: install
 	$(BIN)/circuitlasso reproduce --profile toy
-	$(BIN)/jupyter-book build . --warningiserror --keep-going
+	$(BIN)/jupyter-book build .
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
 lint: install

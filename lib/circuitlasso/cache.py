@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 CACHE_ENV = "CIRCUITLASSO_CACHE"
 MIRROR_ENV = "CIRCUITLASSO_MIRROR"
