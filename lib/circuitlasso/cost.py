@@ -1,10 +1,16 @@
-"""The cost of CircuitLasso on neurons: measured (Proposition 1) and compared with EAP-IG (Prop. 2).
+"""Cost of the method (paper Propositions 1 and 2): measured solves and the provable regimes.
 
-Proposition 1 bounds the certified block-upper-triangular solve by O(M L(L-1) d^2 / sqrt(eps)) for
-M observations of L locations of width d. :func:`time_block_lasso` measures our solver on planted
-problems of that shape and :func:`loglog_slopes` fits the exponents. Proposition 2 compares that
-bound with the extra forward and backward passes of EAP-IG; :func:`proposition2` evaluates its
-two sufficient conditions and the ratio of the two cost expressions for real model shapes.
+- `time_block_lasso` solves planted block upper-triangular problems (Eq. 3) over a grid of
+  (M, L, d) and records the wall time, the FISTA iterations and the time per iteration;
+  `loglog_slopes` fits the log-log slope of the time in each size (the others held at their
+  base values), next to the slopes of Proposition 1's bound M L(L-1) d^2 / 2 on the same grid.
+  The solver precomputes the Gram of the predictors once (one O(M N^2) product); after that an
+  iteration no longer touches the M observations, so the measured slope in M is the share of
+  the cost that still scales with the data.
+- `proposition2` evaluates Proposition 2 for a model shape (`MODEL_SHAPES`), a number of
+  component locations L, a prompt length n_token and an accuracy eps: which regime applies, the
+  n_token threshold of its condition, whether CircuitLasso is then provably cheaper than EAP-ig,
+  and the ratio of the two additional costs from the full expressions.
 """
 
 from __future__ import annotations
@@ -20,48 +26,34 @@ import torch
 
 from circuitlasso.solve import block_lasso, lam_max, upper_triangular_parents
 
-
-@dataclass(frozen=True)
-class TransformerShape:
-    """Shape of a decoder-only transformer: S blocks, width d, h heads, MLP expansion f."""
-
-    name: str
-    blocks: int
-    d_model: int
-    heads: int
-    mlp_factor: float
-
-
-# From each model's published config (config.json on the Hugging Face hub).
-MODEL_SHAPES = {
-    "gpt2": TransformerShape("gpt2", blocks=12, d_model=768, heads=12, mlp_factor=4.0),
-    "pythia-70m-deduped": TransformerShape(
-        "pythia-70m-deduped", blocks=6, d_model=512, heads=8, mlp_factor=4.0
-    ),
-    "gemma-2-2b": TransformerShape("gemma-2-2b", blocks=26, d_model=2304, heads=8, mlp_factor=4.0),
-    "gemma-2-9b": TransformerShape("gemma-2-9b", blocks=42, d_model=3584, heads=16, mlp_factor=4.0),
-}
+SIZES = ("M", "L", "d")
 
 
 def planted_block_sem(
-    n_obs: int, n_blocks: int, width: int, *, density: float = 0.05, seed: int = 0
+    M: int, n_blocks: int, width: int, *, density: float = 0.1, noise: float = 0.5, seed: int = 0
 ) -> torch.Tensor:
-    """Activations X (n_obs, n_blocks * width) of a planted block-triangular linear SEM.
+    """(M, n_blocks * width) float32 activations of a planted block-triangular linear SEM.
 
-    Block l is a sparse linear function of blocks < l (edge probability ``density``) plus
-    unit noise, standardized column by column.
+    Block 0 is standard normal; block j is X_<j A_j + noise * N(0, 1) with A_j of the given
+    density and weights +-U(0.5, 1); every block is then standardized (mean 0, std 1).
     """
-    gen = torch.Generator().manual_seed(seed)
-    blocks: list[torch.Tensor] = []
-    for _ in range(n_blocks):
-        z = torch.randn(n_obs, width, generator=gen, dtype=torch.float64)
-        if blocks:
-            parents = torch.cat(blocks, dim=1)
-            weights = torch.randn(parents.shape[1], width, generator=gen, dtype=torch.float64)
-            mask = torch.rand(weights.shape, generator=gen) < density
-            z = z + parents @ (weights * mask)
-        blocks.append((z - z.mean(0)) / z.std(0))
-    return torch.cat(blocks, dim=1).float()
+    if min(M, n_blocks, width) < 1 or not 0 < density <= 1:
+        raise ValueError(
+            "need M, n_blocks, width >= 1 and 0 < density <= 1, "
+            f"got {M}, {n_blocks}, {width}, {density}"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.empty(M, n_blocks * width, dtype=torch.float64)
+    for j in range(n_blocks):
+        block = torch.randn(M, width, generator=generator, dtype=torch.float64)
+        if j > 0:
+            shape = (j * width, width)
+            mask = torch.rand(shape, generator=generator, dtype=torch.float64) < density
+            weight = 0.5 + 0.5 * torch.rand(shape, generator=generator, dtype=torch.float64)
+            sign = torch.where(torch.rand(shape, generator=generator) < 0.5, -1.0, 1.0)
+            block = x[:, : j * width] @ (mask * weight * sign) + noise * block
+        x[:, j * width : (j + 1) * width] = (block - block.mean(0)) / block.std(0)
+    return x.float()
 
 
 def time_block_lasso(
@@ -70,42 +62,51 @@ def time_block_lasso(
     lam_ratio: float = 0.1,
     tol: float = 1e-6,
     repeats: int = 3,
+    density: float = 0.1,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Median wall time of the certified block-upper-triangular solve for each (M, L, d).
+    """Best-of-`repeats` certified `block_lasso` solves, one row per (M, L, d) in `configs`.
 
-    Returns one row per config: ``M, L, d, seconds, iterations`` (mean FISTA iterations per
-    output), ``bound`` (M L(L-1) d^2 / 2, Proposition 1 without the 1/sqrt(eps) factor) and
-    ``max_gap`` (the largest duality gap returned).
+    Columns: M, L, d, seconds, iterations (most FISTA iterations of any output),
+    seconds_per_iteration, max_gap (largest duality gap / (||y||^2 / M)) and bound
+    (M L (L-1) d^2 / 2, Proposition 1 without its 1/sqrt(eps) factor). Each child column gets
+    lam = lam_ratio x its lam_max on its parent blocks.
     """
     rows = []
-    for n_obs, n_blocks, width in configs:
-        x = planted_block_sem(n_obs, n_blocks, width, seed=seed)
-        parents = upper_triangular_parents(n_blocks)
-        lam = lam_ratio * float(lam_max(x[:, :width], x[:, width:]).max())
-        times = []
-        for _ in range(repeats):
+    for M, L, d in configs:
+        x = planted_block_sem(M, L, d, density=density, seed=seed)
+        lams = torch.zeros(L * d, dtype=torch.float64)
+        for j in range(1, L):
+            lams[j * d : (j + 1) * d] = lam_ratio * lam_max(
+                x[:, : j * d], x[:, j * d : (j + 1) * d]
+            )
+        parents = upper_triangular_parents(L)
+        seconds = []
+        for _ in range(max(1, repeats)):
             start = time.perf_counter()
-            result = block_lasso(x, [width] * n_blocks, parents, lam, tol=tol)
-            times.append(time.perf_counter() - start)
-        solved = result.n_iter[width:].double()
+            result = block_lasso(x, [d] * L, parents, lams, tol=tol)
+            seconds.append(time.perf_counter() - start)
+        best = min(seconds)
+        scale = (x.double() ** 2).sum(0) / M
+        iterations = int(result.n_iter.max())
         rows.append(
             {
-                "M": n_obs,
-                "L": n_blocks,
-                "d": width,
-                "seconds": float(np.median(times)),
-                "iterations": float(solved.mean()),
-                "bound": n_obs * n_blocks * (n_blocks - 1) * width**2 / 2,
-                "max_gap": float(result.gap.max()),
+                "M": M,
+                "L": L,
+                "d": d,
+                "seconds": best,
+                "iterations": iterations,
+                "seconds_per_iteration": best / max(iterations, 1),
+                "max_gap": float((result.gap[d:] / scale[d:]).max()),
+                "bound": M * L * (L - 1) * d**2 / 2,
             }
         )
     return pd.DataFrame(rows)
 
 
-def rows_varying(timings: pd.DataFrame, column: str, varied: Sequence[str]) -> pd.DataFrame:
-    """Rows of ``timings`` where every varied size but ``column`` sits at its most common value,
-    sorted by ``column``."""
+def rows_varying(timings: pd.DataFrame, column: str, varied: Sequence[str] = SIZES) -> pd.DataFrame:
+    """Rows of `timings` where every size in `varied` but `column` sits at its base (most
+    frequent) value, sorted by `column`."""
     held = timings
     for other in varied:
         if other != column:
@@ -113,63 +114,123 @@ def rows_varying(timings: pd.DataFrame, column: str, varied: Sequence[str]) -> p
     return held.sort_values(column)
 
 
-def loglog_slopes(timings: pd.DataFrame, varied: Sequence[str] = ("M", "L", "d")) -> pd.DataFrame:
-    """Least-squares slope of log(seconds) against log(x) for each varied column x.
+def loglog_slopes(timings: pd.DataFrame, column: str = "seconds") -> pd.DataFrame:
+    """Exponent of `column` in each size, fitted on `rows_varying` (the other two sizes held at
+    their base values): least squares of log(column) on log(size). The same fit of the `bound`
+    column gives the slope Proposition 1 predicts on that grid. One row per size."""
+    rows = []
+    for size in SIZES:
+        held = rows_varying(timings, size)
+        if held[size].nunique() < 2:
+            raise ValueError(f"cannot fit a slope for {size!r} over fewer than 2 values")
+        x = np.log(held[size].to_numpy(float))
+        rows.append(
+            {
+                "size": size,
+                "measured_slope": np.polyfit(x, np.log(held[column].to_numpy(float)), 1)[0],
+                "proposition_1_slope": np.polyfit(x, np.log(held["bound"].to_numpy(float)), 1)[0],
+            }
+        )
+    return pd.DataFrame(rows)
 
-    Only rows where the other columns sit at their most common value enter a fit, so each slope
-    is measured with the other sizes held fixed. Proposition 1 predicts M: 1, d: 2 and, for L,
-    the slope of L(L-1), which the table reports next to it.
-    """
-    out = []
-    for column in varied:
-        held = rows_varying(timings, column, varied)
-        if held[column].nunique() < 2:
-            raise ValueError(f"timings vary '{column}' over fewer than 2 values with others fixed")
-        x = np.log(held[column].to_numpy(float))
-        slope = float(np.polyfit(x, np.log(held["seconds"].to_numpy(float)), 1)[0])
-        predicted = float(np.polyfit(x, np.log(held["bound"].to_numpy(float)), 1)[0])
-        out.append({"size": column, "measured_slope": slope, "proposition_1_slope": predicted})
-    return pd.DataFrame(out)
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Transformer size in Proposition 2's terms: S blocks, width d, h heads, MLP factor f."""
+
+    name: str
+    S: int
+    d: int
+    h: int
+    f: float
+    source: str
+
+
+GPT2_SMALL = ModelShape(
+    "GPT-2 small",
+    S=12,
+    d=768,
+    h=12,
+    f=4.0,
+    source="Radford et al. 2019; gpt2 config: n_layer=12, n_embd=768, n_head=12, n_inner=4*768",
+)
+PYTHIA_70M = ModelShape(
+    "Pythia-70M",
+    S=6,
+    d=512,
+    h=8,
+    f=4.0,
+    source="Biderman et al. 2023, Table 1; pythia-70m(-deduped) config: num_hidden_layers=6, "
+    "hidden_size=512, num_attention_heads=8, intermediate_size=2048",
+)
+GEMMA_2_2B = ModelShape(
+    "Gemma-2-2B",
+    S=26,
+    d=2304,
+    h=8,
+    f=4.0,
+    source="Gemma Team 2024, Table 1; gemma-2-2b config: num_hidden_layers=26, hidden_size=2304, "
+    "num_attention_heads=8, intermediate_size=9216",
+)
+MODEL_SHAPES: dict[str, ModelShape] = {
+    "gpt2": GPT2_SMALL,
+    "pythia-70m": PYTHIA_70M,
+    "pythia-70m-deduped": PYTHIA_70M,
+    "gemma-2-2b": GEMMA_2_2B,
+}
 
 
 def proposition2(
-    shape: TransformerShape, n_locations: int, n_tokens: int, eps: float = 1e-6
+    shape: ModelShape, n_locations: int, n_tokens: int, eps: float
 ) -> dict[str, object]:
-    """Proposition 2 for one model, number of locations L and sequence length n_token.
+    """Proposition 2 for L = n_locations locations and prompts of n_tokens tokens.
 
-    Returns the regime (``n_token < d`` is taken as condition (1)'s ``n_token << d``), the
-    threshold on n_token that regime requires, whether it holds, and ``cost_ratio``: EAP-IG's
-    extra cost over CircuitLasso's bound (> 1 means CircuitLasso is cheaper by the bounds).
+    regime "(1)" when n_token < d (the paper's n_token << d), condition
+    n_token > L(L-1) / (24 S (2+f) sqrt(eps)); regime "(2)" otherwise, condition
+    n_token > sqrt(L(L-1) d / (24 S sqrt(eps))). cost_ratio: EAP-ig's additional cost
+    12 S n d^2 (2+f) + 12 S n^2 d + L d over CircuitLasso's L(L-1) d^2 / (2 sqrt(eps)).
     """
-    S, d, f, L = shape.blocks, shape.d_model, shape.mlp_factor, n_locations
+    if n_locations < 1 or n_tokens < 1 or not 0 < eps < 1:
+        raise ValueError(
+            "need n_locations >= 1, n_tokens >= 1 and 0 < eps < 1, "
+            f"got {n_locations}, {n_tokens}, {eps}"
+        )
+    S, d, f, L, n = shape.S, shape.d, shape.f, n_locations, n_tokens
     root_eps = math.sqrt(eps)
-    eap_ig = 12 * S * n_tokens * d**2 * (2 + f) + 12 * S * n_tokens**2 * d + L * d
-    lasso_cost = L * (L - 1) * d**2 / (2 * root_eps)
-    if n_tokens < d:
+    if n < d:
         regime, threshold = "(1) n_token < d", L * (L - 1) / (24 * S * (2 + f) * root_eps)
     else:
         regime, threshold = "(2) n_token >= d", math.sqrt(L * (L - 1) * d / (24 * S * root_eps))
+    eap = 12 * S * n * d**2 * (2 + f) + 12 * S * n**2 * d + L * d
+    ours = L * (L - 1) * d**2 / (2 * root_eps)
     return {
         "model": shape.name,
+        "S": S,
+        "d": d,
+        "h": shape.h,
+        "f": f,
         "L": L,
-        "n_token": n_tokens,
+        "n_token": n,
+        "eps": eps,
         "regime": regime,
         "n_token_threshold": threshold,
-        "condition_holds": n_tokens > threshold,
-        "cost_ratio": eap_ig / lasso_cost,
+        "condition_holds": n > threshold,
+        "cost_ratio": eap / ours if ours > 0 else math.inf,
     }
 
 
 def proposition2_table(
-    models: Iterable[str], locations_per_block: Iterable[int], n_tokens: Iterable[int], eps: float
+    models: Sequence[str], locations_per_block: Iterable[int], n_tokens: Iterable[int], eps: float
 ) -> pd.DataFrame:
-    """:func:`proposition2` over models x (locations per block x S) x sequence lengths."""
-    rows = []
-    for name in models:
-        if name not in MODEL_SHAPES:
-            raise ValueError(f"unknown model '{name}'; valid: {', '.join(MODEL_SHAPES)}")
-        shape = MODEL_SHAPES[name]
-        for per_block in locations_per_block:
-            for n in n_tokens:
-                rows.append(proposition2(shape, per_block * shape.blocks, n, eps))
+    """`proposition2` for every model name x (L = locations_per_block x S) x n_token."""
+    unknown = [m for m in models if m not in MODEL_SHAPES]
+    if unknown:
+        raise ValueError(f"unknown model {unknown[0]!r}; valid: {', '.join(MODEL_SHAPES)}")
+    per_block, tokens = list(locations_per_block), list(n_tokens)
+    rows = [
+        proposition2(MODEL_SHAPES[m], k * MODEL_SHAPES[m].S, n, eps)
+        for m in models
+        for k in per_block
+        for n in tokens
+    ]
     return pd.DataFrame(rows)

@@ -46,6 +46,7 @@ def test_time_block_lasso_reports_certified_solves() -> None:
     assert row["bound"] == 200 * 3 * 2 * 16 / 2
     assert row["seconds"] > 0 and row["iterations"] >= 1
     assert row["max_gap"] < 1e-5
+    assert row["seconds_per_iteration"] == pytest.approx(row["seconds"] / row["iterations"])
 
 
 def test_proposition2_thresholds_match_the_paper_formulas() -> None:

@@ -1,0 +1,357 @@
+"""Solver benchmark: CircuitLasso's FISTA against scikit-learn, celer and skglm.
+
+Two problems, every method measured in the same run, same data, same penalty, same tolerance:
+  sae      M=8551 observations, p=d=32768 SAE-like features (about 64 active per row, power-law
+           frequencies); targets are a ReLU of X times a planted sparse A plus noise, biased per
+           output so that rows keep tens of active outputs; lam_j = 0.05 lam_max_j on unit-norm
+           columns. Ours solves all outputs; the peers a random subset (per-output time ratio).
+  neurons  13 blocks of 64 dense neurons from a planted block-upper-triangular linear SEM,
+           M=2000; ours solves all child blocks at once, scikit-learn every output separately.
+The tolerance is the duality gap rule of scikit-learn and celer: gap_j <= tol * ||y_j||^2 / M.
+skglm stops on KKT violation instead, so it gets tol * lam_j as that bound. Every method's
+achieved gap is then recomputed here with one function, from its coefficients.
+
+Run: python benchmarks/solver.py [--sae-outputs N] [--peer-outputs N] [--threads 2]
+Prints the tables, then one JSON line with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+from tqdm.auto import tqdm
+
+from circuitlasso.solve import block_lasso, lam_max, lasso, upper_triangular_parents
+
+
+def make_sae_problem(
+    M: int = 8551,
+    p: int = 32768,
+    d: int = 32768,
+    active_per_row: int = 64,
+    active_outputs_per_row: int = 30,
+    seed: int = 0,
+) -> tuple[sp.csr_matrix, sp.csc_matrix, sp.csc_matrix]:
+    """X (M, p) CSR, Y (M, d) CSC, planted A (p, d) CSC, all float32 (A float64).
+
+    Feature k is active in each row independently with probability f_k, f_k proportional to
+    rank^-1 (capped at 0.25, scaled to `active_per_row` per row); values are 0.1 + Exp(1).
+    Output j has 1 + Poisson(2) parents with weights +-U(0.5, 1.5) (80 % positive). Y is
+    ReLU(X A + noise on the nonzeros - b_j), with b_j keeping the top share of output j's
+    positive pre-activations that leaves about `active_outputs_per_row` active outputs per row.
+    """
+    rng = np.random.default_rng(seed)
+    ranks = np.arange(1, p + 1, dtype=np.float64)
+    lo, hi = 1e-6, 1e3
+    for _ in range(100):  # bisection for the scale giving `active_per_row` actives per row
+        c = np.sqrt(lo * hi)
+        lo, hi = (c, hi) if np.minimum(c / ranks, 0.25).sum() < active_per_row else (lo, c)
+    freq = rng.permutation(np.minimum(c / ranks, 0.25))
+    counts = rng.binomial(M, freq)
+    cols = np.repeat(np.arange(p), counts)
+    rows = np.concatenate([rng.choice(M, size=n, replace=False) for n in counts])
+    X = sp.csc_matrix((0.1 + rng.exponential(1.0, rows.size), (rows, cols)), shape=(M, p))
+    n_parents = 1 + rng.poisson(2.0, size=d)
+    child = np.repeat(np.arange(d), n_parents)
+    parent = rng.integers(0, p, size=child.size)
+    weight = rng.uniform(0.5, 1.5, child.size) * rng.choice([-1.0, 1.0], child.size, p=[0.2, 0.8])
+    A = sp.csc_matrix((weight, (parent, child)), shape=(p, d))
+    A.sum_duplicates()
+    Z = (X.tocsr() @ A).tocsc()
+    Z.data += 0.1 * rng.standard_normal(Z.data.size)
+    share = active_outputs_per_row * M / max(int((Z.data > 0).sum()), 1)
+    bias = np.zeros(d)
+    for j in range(d):
+        v = np.sort(Z.data[Z.indptr[j] : Z.indptr[j + 1]])[::-1]
+        v = v[v > 0]
+        keep = max(1, int(round(share * v.size)))
+        bias[j] = 0.999 * v[keep - 1] if 0 < keep < v.size else 0.0
+    Z.data = np.maximum(Z.data - np.repeat(bias, np.diff(Z.indptr)), 0.0)
+    Z.eliminate_zeros()
+    return X.tocsr().astype(np.float32), Z.astype(np.float32), A
+
+
+def make_neurons_problem(
+    M: int = 2000, n_blocks: int = 13, width: int = 64, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """X (M, n_blocks * width) from a linear SEM over blocks, and its planted (N, N) A.
+
+    Each neuron of block j > 0 has 3 parents drawn from the earlier blocks, weights +-U(0.5, 1);
+    each block is standardized after it is generated.
+    """
+    rng = np.random.default_rng(seed)
+    N = n_blocks * width
+    X = np.zeros((M, N))
+    A = np.zeros((N, N))
+    X[:, :width] = rng.standard_normal((M, width))
+    for j in range(1, n_blocks):
+        cols = slice(j * width, (j + 1) * width)
+        for t in range(j * width, (j + 1) * width):
+            parents = rng.choice(j * width, 3, replace=False)
+            A[parents, t] = rng.uniform(0.5, 1.0, 3) * rng.choice([-1.0, 1.0], 3)
+        block = X[:, : j * width] @ A[: j * width, cols] + 0.5 * rng.standard_normal((M, width))
+        X[:, cols] = (block - block.mean(0)) / block.std(0)
+    return X, A
+
+
+def relative_gap(
+    X: sp.csr_matrix | np.ndarray, y: np.ndarray, coef: np.ndarray, lam: float
+) -> float:
+    """Duality gap / (||y||^2 / M) of a Lasso point (dual point: best feasible multiple of r)."""
+    M = X.shape[0]
+    if not y.any():
+        return 0.0 if not coef.any() else float("inf")
+    r = y - X @ coef
+    rr, yr = r @ r / M, y @ r / M
+    s_max = M * lam / max(np.abs(X.T @ r).max(), 1e-300)
+    s = min(s_max, yr / rr) if rr > 0 else s_max
+    primal = rr / 2 + lam * np.abs(coef).sum()
+    return (primal - (s * yr - s * s * rr / 2)) / (y @ y / M)
+
+
+def objective(X, y: np.ndarray, coef: np.ndarray, lam: float) -> float:
+    r = y - X @ coef
+    return r @ r / (2 * X.shape[0]) + lam * np.abs(coef).sum()
+
+
+def _peers(tol: float) -> dict[str, Callable[[float], object]]:
+    import celer
+    import skglm
+    from sklearn.linear_model import Lasso
+
+    return {
+        "scikit-learn": lambda lam: Lasso(
+            alpha=lam, fit_intercept=False, tol=tol, max_iter=100_000
+        ),
+        "celer": lambda lam: celer.Lasso(alpha=lam, fit_intercept=False, tol=tol, max_iter=1000),
+        "skglm": lambda lam: skglm.Lasso(
+            alpha=lam, fit_intercept=False, tol=tol * lam, max_iter=1000
+        ),
+    }
+
+
+def time_peer(
+    make, X, Y: sp.csc_matrix | np.ndarray, lams: np.ndarray, columns: np.ndarray, name: str
+):
+    """Fit `make(lam)` per output; return seconds per output, coefficients (p, n), relative gaps."""
+    coefs, seconds = [], 0.0
+    for j in tqdm(columns, desc=name, leave=False):
+        y = Y[:, [j]].toarray().ravel() if sp.issparse(Y) else Y[:, j]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            model = make(lams[j]).fit(X, y)
+            seconds += time.perf_counter() - start
+        coefs.append(np.asarray(model.coef_, dtype=np.float64))
+    gaps = [relative_gap(X, _col(Y, j), c, lams[j]) for j, c in zip(columns, coefs, strict=True)]
+    return seconds / len(columns), np.stack(coefs, 1), np.array(gaps)
+
+
+def _col(Y, j: int) -> np.ndarray:
+    return Y[:, [j]].toarray().ravel().astype(np.float64) if sp.issparse(Y) else Y[:, j]
+
+
+def support_f1(estimate: sp.spmatrix, truth: sp.spmatrix) -> float:
+    est = sp.csr_matrix(estimate != 0)
+    true = sp.csr_matrix(truth != 0)
+    tp = est.multiply(true).nnz
+    return 2 * tp / max(est.nnz + true.nnz, 1)
+
+
+def peak_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def run_sae(args: argparse.Namespace) -> dict[str, float]:
+    X, Y, A = make_sae_problem(seed=args.seed)
+    M, p = X.shape
+    d = min(args.sae_outputs, Y.shape[1])
+    rng = np.random.default_rng(args.seed)
+    ours_cols = (
+        np.sort(rng.choice(Y.shape[1], d, replace=False)) if d < Y.shape[1] else np.arange(d)
+    )
+    Y = Y[:, ours_cols]
+    A = A[:, ours_cols]
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(0))).ravel()
+    X_unit = (X @ sp.diags(np.where(norms > 0, 1 / np.maximum(norms, 1e-30), 0.0))).astype(
+        np.float64
+    )
+    start = time.perf_counter()
+    _ = X_unit.T @ Y.astype(np.float64)
+    floor = time.perf_counter() - start
+
+    start = time.perf_counter()
+    lams = 0.05 * lam_max(X, Y, dtype=torch.float32).numpy()
+    ours = lasso(X, Y, lams, tol=args.tol, progress=True)
+    seconds = time.perf_counter() - start
+    peak = peak_gib()
+    coef = ours.coef.coalesce()
+    idx, val = coef.indices().numpy(), coef.values().double().numpy()
+    ours_coef = sp.csc_matrix((val, (idx[0], idx[1])), shape=(p, d))
+    ours_unit = sp.diags(norms) @ ours_coef  # coefficients of the unit-norm problem the peers see
+
+    subset = np.sort(rng.choice(d, min(args.peer_outputs, d), replace=False))
+    rows = [_row("CircuitLasso (all outputs)", seconds / d, None, ours.converged.float().mean())]
+    ours_gaps = [
+        relative_gap(X_unit, _col(Y, j), ours_unit[:, [j]].toarray().ravel(), lams[j])
+        for j in subset
+    ]
+    rows[0]["max achieved rel. gap (subset)"] = max(ours_gaps)
+    per_output, objectives = {}, {}
+    for name, make in _peers(args.tol).items():
+        if name not in args.peers:
+            continue
+        sec, coefs, gaps = time_peer(make, X_unit, Y, lams, subset, name)
+        per_output[name] = sec
+        objectives[name] = [
+            objective(X_unit, _col(Y, j), coefs[:, i], lams[j]) for i, j in enumerate(subset)
+        ]
+        rows.append(_row(name, sec, gaps, None))
+    ours_obj = np.array(
+        [
+            objective(X_unit, _col(Y, j), ours_unit[:, [j]].toarray().ravel(), lams[j])
+            for j in subset
+        ]
+    )
+    best = min(per_output, key=per_output.get) if per_output else None
+    table = pd.DataFrame(rows).set_index("method")
+    table["speedup (ours per output)"] = table["ms per output"] / (1000 * seconds / d)
+    print(f"\n== sae: M={M}, p={p}, d={d} (peers on {subset.size} outputs), tol={args.tol} ==")
+    print(table.to_string(float_format=lambda v: f"{v:.3g}"))
+    f1 = support_f1(ours_coef, A)
+    rel_diff = (
+        _max_relative_difference(ours_obj, np.array(objectives["scikit-learn"]))
+        if "scikit-learn" in objectives
+        else float("nan")
+    )
+    print(
+        f"ours: {seconds:.1f} s for {d} outputs, peak RSS {peak:.2f} GiB, support F1 vs planted "
+        f"A {f1:.3f}, X^T Y floor {floor:.2f} s (ours = {seconds / floor:.0f} x floor), "
+        f"max rel. objective diff vs scikit-learn {rel_diff:.2e}"
+    )
+    return {
+        "sae_speedup_vs_best_peer": per_output[best] / (seconds / d) if best else float("nan"),
+        "sae_layer_pair_seconds": seconds,
+        "sae_peak_gib": peak,
+        "sae_support_f1": f1,
+        "sae_rel_objective_diff": rel_diff,
+    }
+
+
+def _max_relative_difference(values: np.ndarray, reference: np.ndarray) -> float:
+    """Largest |values - reference| / reference over outputs with a nonzero objective."""
+    nonzero = reference > 0
+    if not nonzero.any():
+        return 0.0
+    return float(np.max(np.abs(values - reference)[nonzero] / reference[nonzero]))
+
+
+def _row(name: str, seconds_per_output: float, gaps: np.ndarray | None, converged) -> dict:
+    return {
+        "method": name,
+        "ms per output": 1000 * seconds_per_output,
+        "max achieved rel. gap (subset)": float(np.max(gaps)) if gaps is not None else float("nan"),
+        "share converged": float(converged) if converged is not None else float("nan"),
+    }
+
+
+def run_neurons(args: argparse.Namespace) -> dict[str, float]:
+    from sklearn.linear_model import Lasso
+
+    X, A_true = make_neurons_problem(seed=args.seed)
+    width, n_blocks = 64, 13
+    parents = upper_triangular_parents(n_blocks)
+    lams = np.zeros(X.shape[1])
+    for j in range(1, n_blocks):
+        cols = slice(j * width, (j + 1) * width)
+        lams[cols] = 0.05 * lam_max(X[:, : j * width], X[:, cols]).numpy()
+    start = time.perf_counter()
+    ours = block_lasso(X, [width] * n_blocks, parents, lams, tol=args.tol, dtype=torch.float32)
+    seconds = time.perf_counter() - start
+    A = ours.to_dense().double().numpy()
+    n_out = X.shape[1] - width
+    rng = np.random.default_rng(args.seed)
+    targets = np.sort(
+        rng.choice(
+            np.arange(width, X.shape[1]), min(args.neurons_peer_outputs, n_out), replace=False
+        )
+    )
+    sk_seconds, diffs = 0.0, []
+    for t in tqdm(targets, desc="scikit-learn (neurons)", leave=False):
+        n_pred = (t // width) * width
+        pred = X[:, :n_pred]
+        unit = pred / np.linalg.norm(pred, axis=0)
+        start = time.perf_counter()
+        model = Lasso(alpha=lams[t], fit_intercept=False, tol=args.tol, max_iter=100_000).fit(
+            unit, X[:, t]
+        )
+        sk_seconds += time.perf_counter() - start
+        ref = objective(unit, X[:, t], model.coef_, lams[t])
+        mine = objective(unit, X[:, t], A[:n_pred, t] * np.linalg.norm(pred, axis=0), lams[t])
+        diffs.append(abs(mine - ref) / ref)
+    ours_per, sk_per = seconds / n_out, sk_seconds / targets.size
+    f1 = support_f1(sp.csr_matrix(A), sp.csr_matrix(A_true))
+    table = pd.DataFrame(
+        [
+            {"method": "CircuitLasso block_lasso (all outputs)", "ms per output": 1000 * ours_per},
+            {"method": "scikit-learn Lasso per output", "ms per output": 1000 * sk_per},
+        ]
+    ).set_index("method")
+    print(
+        f"\n== neurons: M={X.shape[0]}, {n_blocks} blocks x {width}, {n_out} outputs "
+        f"(scikit-learn on {targets.size}), tol={args.tol} =="
+    )
+    print(table.to_string(float_format=lambda v: f"{v:.3g}"))
+    print(
+        f"ours {seconds:.2f} s; speedup {sk_per / ours_per:.1f}x; support F1 vs planted A "
+        f"{f1:.3f}; max rel. objective diff vs scikit-learn {max(diffs):.2e}"
+    )
+    return {
+        "neurons_speedup_vs_sklearn": sk_per / ours_per,
+        "neurons_rel_objective_diff": max(diffs),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sae-outputs", type=int, default=32768, help="outputs solved by ours")
+    parser.add_argument(
+        "--peer-outputs", type=int, default=256, help="random outputs for the peers"
+    )
+    parser.add_argument("--neurons-peer-outputs", type=int, default=768)
+    parser.add_argument("--peers", nargs="*", default=["scikit-learn", "celer", "skglm"])
+    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads (the target is 2 cores)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    figures = run_neurons(args)
+    figures.update(run_sae(args))
+    headline = {
+        "sae_speedup_vs_best_peer": figures["sae_speedup_vs_best_peer"],
+        "sae_layer_pair_seconds": figures["sae_layer_pair_seconds"],
+        "sae_peak_gib": figures["sae_peak_gib"],
+        "sae_support_f1": figures["sae_support_f1"],
+        "neurons_speedup_vs_sklearn": figures["neurons_speedup_vs_sklearn"],
+        "max_rel_objective_diff_vs_sklearn": max(
+            figures["sae_rel_objective_diff"], figures["neurons_rel_objective_diff"]
+        ),
+    }
+    print(json.dumps({k: float(f"{float(v):.6g}") for k, v in headline.items()}))
+
+
+if __name__ == "__main__":
+    main()

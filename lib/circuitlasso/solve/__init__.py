@@ -1,0 +1,53 @@
+"""Certified sparse regression for circuits: FISTA on multi-output Lasso problems (paper Sec. 3).
+
+Conventions. Observations are rows: X (M, p), Y (M, d). Every problem here is mean-scaled,
+
+    lasso:     min_A  1/(2M) ||Y - X A||_F^2 + lam ||A||_1                         (1)
+    logistic:  min_a  1/M sum_i CE(y_i, x_i a + b) + lam ||a||_1                   (2)
+
+and A[k, j] != 0 reads "predictor k is a parent of output j", the orientation of the paper's A.
+
+Conversion to the paper. The paper writes observations as columns, X_paper = X^T (N x M), and
+sums over observations. Its numbered equations: (2) the general circuit problem, (3) the block
+upper-triangular neuron problem, (4) SAE layer pairs Z_i -> Z_j, (5) a prediction target y.
+  - Eqs. (2)-(4): ||X_paper - A^T X_paper||_F^2 + lambda ||A||_1 (no 1/2). Multiplying (1) by
+    2M gives it with lambda = 2 M lam.
+  - App. B.1: 1/2 ||X_paper - A^T X_paper||_F^2 + lambda ||A||_1. Multiplying (1) by M gives it
+    with lambda = M lam.
+  - Eq. (5) with the summed cross-entropy: multiplying (2) by M gives it with lambda = M lam
+    (scikit-learn's LogisticRegression(penalty="l1", C) is the case C = 1/(M lam)); with the
+    squared error it is (1), as above.
+The minimizers are the same; only the scale of lambda differs. As in App. B.1, predictor
+columns are centered (with an intercept) and scaled to unit l2 norm before solving, and the
+coefficients are rescaled afterwards (`normalize=True`, the default); `normalize=False` keeps the
+plain Lasso of scikit-learn.
+
+Entry points: `lasso` (multi-output; Eq. 4 layer pairs), `block_lasso` (Eq. 3 with any allowed
+block pattern), `lasso_path` (warm-started grid), `logistic_lasso` (Eq. 5 with a binary target),
+`lam_max`.
+"""
+
+from circuitlasso.solve.block import BlockLassoResult, block_lasso, upper_triangular_parents
+from circuitlasso.solve.lasso import (
+    ConvergenceWarning,
+    LassoPath,
+    LassoResult,
+    lam_max,
+    lasso,
+    lasso_path,
+)
+from circuitlasso.solve.logistic import LogisticResult, logistic_lasso
+
+__all__ = [
+    "BlockLassoResult",
+    "ConvergenceWarning",
+    "LassoPath",
+    "LassoResult",
+    "LogisticResult",
+    "block_lasso",
+    "lam_max",
+    "lasso",
+    "lasso_path",
+    "logistic_lasso",
+    "upper_triangular_parents",
+]

@@ -1,0 +1,150 @@
+"""Small helpers on torch CSR tensors (row gathers, padded rows, sums) and sorted-key lookups."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import Tensor
+
+
+def csr_from_scipy(a: sp.csr_matrix, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A scipy CSR matrix as a torch CSR tensor with sorted int64 indices and summed duplicates."""
+    a = a.copy()
+    a.sum_duplicates()
+    a.sort_indices()
+    return csr_from_parts(
+        torch.from_numpy(a.indptr.astype(np.int64)),
+        torch.from_numpy(a.indices.astype(np.int64)),
+        torch.from_numpy(np.asarray(a.data)).to(dtype),
+        a.shape,
+    ).to(device)
+
+
+def csr_from_parts(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int]) -> Tensor:
+    """torch CSR tensor, without torch's notices that sparse CSR support is in beta."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, col, val, size=shape)
+
+
+def row_ids(csr: Tensor) -> Tensor:
+    """(nnz,) row index of every stored entry of a CSR tensor."""
+    crow = csr.crow_indices()
+    counts = crow[1:] - crow[:-1]
+    return torch.repeat_interleave(torch.arange(csr.shape[0], device=crow.device), counts)
+
+
+def csr_rows(csr: Tensor, rows: Tensor) -> Tensor:
+    """Rows `rows` (B,) of a CSR (n, m) tensor as a CSR (B, m) tensor."""
+    crow, col, val = csr.crow_indices(), csr.col_indices(), csr.values()
+    starts = crow[rows]
+    counts = crow[rows + 1] - starts
+    new_crow = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=crow.device)
+    torch.cumsum(counts, 0, out=new_crow[1:])
+    total = int(new_crow[-1])
+    gather = torch.repeat_interleave(starts - new_crow[:-1], counts, output_size=total)
+    gather += torch.arange(total, device=crow.device)
+    return csr_from_parts(new_crow, col[gather], val[gather], (rows.numel(), csr.shape[1]))
+
+
+def csr_from_padded(index: Tensor, value: Tensor, n_cols: int) -> Tensor:
+    """CSR (B, n_cols) whose row j holds value[j, k] at column index[j, k]; zeros are dropped.
+
+    index: (B, K) sorted along each row wherever value is nonzero; value: (B, K).
+    """
+    keep = value != 0
+    crow = torch.zeros(index.shape[0] + 1, dtype=torch.int64, device=index.device)
+    torch.cumsum(keep.sum(1), 0, out=crow[1:])
+    return csr_from_parts(crow, index[keep], value[keep], (index.shape[0], n_cols))
+
+
+def _coo(csr: Tensor, transpose: bool = False, sign: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Coordinates (2, nnz) and values of a CSR tensor, without assuming sorted columns."""
+    rows, cols = row_ids(csr), csr.col_indices()
+    index = torch.stack([cols, rows] if transpose else [rows, cols])
+    return index, csr.values() * sign
+
+
+def _csr_of(index: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    """CSR from possibly unsorted, duplicated coordinates (duplicates are summed)."""
+    return torch.sparse_coo_tensor(index, values, shape).coalesce().to_sparse_csr()
+
+
+def csr_transpose(csr: Tensor) -> Tensor:
+    """Transpose of a CSR tensor, as CSR with sorted columns. (SpGEMM outputs may be unsorted.)"""
+    return _csr_of(*_coo(csr, transpose=True), (csr.shape[1], csr.shape[0]))
+
+
+def row_sq_sums(csr: Tensor) -> Tensor:
+    """(n,) float64 sum of squares of each row of a CSR (n, m) tensor."""
+    out = torch.zeros(csr.shape[0], dtype=torch.float64, device=csr.values().device)
+    return out.index_add_(0, row_ids(csr), csr.values().double() ** 2)
+
+
+def row_sums(csr: Tensor) -> Tensor:
+    """(n,) float64 sum of each row of a CSR (n, m) tensor."""
+    out = torch.zeros(csr.shape[0], dtype=torch.float64, device=csr.values().device)
+    return out.index_add_(0, row_ids(csr), csr.values().double())
+
+
+def column_sums(csr: Tensor, power: int = 1) -> Tensor:
+    """(m,) float64 sum of `entry ** power` over each column of a CSR (n, m) tensor."""
+    out = torch.zeros(csr.shape[1], dtype=torch.float64, device=csr.values().device)
+    return out.index_add_(0, csr.col_indices(), csr.values().double() ** power)
+
+
+def scale_columns(csr: Tensor, scale: Tensor) -> Tensor:
+    """CSR (n, m) with column k multiplied by scale[k]."""
+    values = csr.values() * scale.to(csr.values().dtype)[csr.col_indices()]
+    return csr_from_parts(
+        csr.crow_indices(), csr.col_indices(), values, (csr.shape[0], csr.shape[1])
+    )
+
+
+def subtract(a: Tensor, b: Tensor) -> Tensor:
+    """a - b for two CSR tensors of the same shape, as CSR."""
+    (index_a, values_a), (index_b, values_b) = _coo(a), _coo(b, sign=-1.0)
+    shape = (a.shape[0], a.shape[1])
+    return _csr_of(torch.cat([index_a, index_b], 1), torch.cat([values_a, values_b]), shape)
+
+
+def padded_rows(csr: Tensor) -> tuple[Tensor, Tensor]:
+    """A CSR (d, p) as padded (d, K) column indices and values, K = most entries in a row."""
+    crow = csr.crow_indices()
+    counts = crow.diff()
+    width = int(counts.max()) if counts.numel() else 0
+    rows = torch.repeat_interleave(torch.arange(csr.shape[0], device=crow.device), counts)
+    slot = torch.arange(rows.numel(), device=crow.device) - crow[rows]
+    W = torch.zeros(csr.shape[0], width, dtype=torch.int64, device=crow.device)
+    b = torch.zeros(csr.shape[0], width, dtype=csr.values().dtype, device=crow.device)
+    W[rows, slot] = csr.col_indices()
+    b[rows, slot] = csr.values()
+    return W, b
+
+
+class SortedLookup:
+    """Values of a sparse (n, n) matrix looked up by (row, column) pairs with a binary search."""
+
+    def __init__(self, csr: Tensor) -> None:
+        self.n = csr.shape[1]
+        keys = row_ids(csr) * self.n + csr.col_indices()
+        values = csr.values()
+        if keys.numel() > 1 and bool((keys[1:] < keys[:-1]).any()):
+            keys, order = torch.sort(keys)
+            values = values[order]
+        self.keys, self.values = keys, values
+
+    def __call__(self, rows: Tensor, cols: Tensor) -> Tensor:
+        """Entries at broadcast (rows, cols) index tensors; absent entries are 0."""
+        query = (rows * self.n + cols).reshape(-1)
+        if self.keys.numel() == 0:
+            return torch.zeros(query.shape, dtype=self.values.dtype, device=query.device).reshape(
+                torch.broadcast_shapes(rows.shape, cols.shape)
+            )
+        pos = torch.searchsorted(self.keys, query).clamp_(max=self.keys.numel() - 1)
+        found = self.keys[pos] == query
+        out = torch.where(found, self.values[pos], torch.zeros((), dtype=self.values.dtype))
+        return out.reshape(torch.broadcast_shapes(rows.shape, cols.shape))

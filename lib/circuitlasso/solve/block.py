@@ -1,0 +1,249 @@
+"""Block-structured Lasso (paper Eq. 3): each child block regresses on its allowed parent blocks.
+
+X (M, N) stacks the components in computation order, cut into blocks of `block_sizes`. Output
+column t of child block j is regressed on the columns of the blocks in `parents[j]` only, so
+forbidden coefficients are never variables: they are exactly 0.0 and no N x N mask exists while
+solving (the decomposition of the App. A proof). Shared work: column statistics, the scaled
+Gram (dense, or sparse for sparse X) and the scaled X are computed once for all child blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from circuitlasso.solve._inputs import Matrix, as_matrix, per_output
+from circuitlasso.solve._sparse import csr_rows, csr_transpose
+from circuitlasso.solve.fista import StopRule
+from circuitlasso.solve.lasso import LassoResult, _check_options, to_result
+from circuitlasso.solve.prepare import GRAM_MAX_ENTRIES, Prepared, check_lam, column_stats
+from circuitlasso.solve.problems import (
+    DenseProblem,
+    GramProblem,
+    LassoProblem,
+    SparseGram,
+    SparseProblem,
+    scaled_sparse,
+)
+from circuitlasso.solve.workset import solve_working_sets
+
+
+def upper_triangular_parents(
+    n_blocks: int, parallel_groups: Sequence[Sequence[int]] | None = None
+) -> list[list[int]]:
+    """parents[j] = every earlier block i < j, except blocks in the same parallel group as j.
+
+    parallel_groups: disjoint lists of block indices computed in parallel (e.g. the heads of one
+    attention layer), which therefore cannot feed each other.
+    """
+    if n_blocks < 1:
+        raise ValueError(f"n_blocks must be >= 1, got {n_blocks}")
+    group_of: dict[int, int] = {}
+    for g, members in enumerate(parallel_groups or []):
+        for block in members:
+            if not 0 <= block < n_blocks:
+                raise ValueError(
+                    f"parallel group {g} names block {block}, outside 0..{n_blocks - 1}"
+                )
+            if block in group_of:
+                raise ValueError(f"block {block} is in parallel groups {group_of[block]} and {g}")
+            group_of[block] = g
+    return [
+        [i for i in range(j) if not (i in group_of and group_of.get(j) == group_of[i])]
+        for j in range(n_blocks)
+    ]
+
+
+@dataclass(frozen=True)
+class BlockLassoResult:
+    """Coefficients per allowed (parent block, child block) pair, and per-column certificates.
+
+    coef[(i, j)]: (block_sizes[i], block_sizes[j]), dense or sparse COO like `LassoResult.coef`.
+    intercept, gap, objective, lam: (N,) float64 and n_iter (N,), converged (N,), indexed by the
+    target column; columns of a block without parents have gap 0 and the all-zero objective.
+    """
+
+    block_sizes: tuple[int, ...]
+    parents: tuple[tuple[int, ...], ...]
+    coef: dict[tuple[int, int], Tensor]
+    intercept: Tensor
+    gap: Tensor
+    objective: Tensor
+    n_iter: Tensor
+    converged: Tensor
+    lam: Tensor
+
+    @property
+    def offsets(self) -> list[int]:
+        out = [0]
+        for size in self.block_sizes:
+            out.append(out[-1] + size)
+        return out
+
+    def to_dense(self) -> Tensor:
+        """The full (N, N) coefficient matrix A, A[k, t] != 0 meaning column k feeds column t."""
+        n, off = self.offsets[-1], self.offsets
+        out = torch.zeros(n, n, dtype=self._dtype)
+        for (i, j), c in self.coef.items():
+            block = c.to_dense() if c.layout != torch.strided else c
+            out[off[i] : off[i + 1], off[j] : off[j + 1]] = block
+        return out
+
+    def to_sparse(self) -> Tensor:
+        """The full (N, N) coefficient matrix as a coalesced sparse COO tensor."""
+        n, off = self.offsets[-1], self.offsets
+        index, values = [torch.zeros(2, 0, dtype=torch.int64)], [torch.zeros(0, dtype=self._dtype)]
+        for (i, j), c in self.coef.items():
+            coo = (c.to_sparse_coo() if c.layout == torch.strided else c).coalesce()
+            index.append(coo.indices() + torch.tensor([[off[i]], [off[j]]]))
+            values.append(coo.values())
+        return torch.sparse_coo_tensor(torch.cat(index, 1), torch.cat(values), (n, n)).coalesce()
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        first = next(iter(self.coef.values()), None)
+        return first.dtype if first is not None else torch.float32
+
+
+def _check_blocks(
+    n_columns: int, block_sizes: Sequence[int], parents: Sequence[Sequence[int]]
+) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    sizes = tuple(int(s) for s in block_sizes)
+    if not sizes or any(s < 1 for s in sizes):
+        raise ValueError(f"block_sizes must be positive integers, got {list(block_sizes)}")
+    if sum(sizes) != n_columns:
+        raise ValueError(f"block_sizes add up to {sum(sizes)} but X has {n_columns} columns")
+    if len(parents) != len(sizes):
+        raise ValueError(f"parents has {len(parents)} entries but there are {len(sizes)} blocks")
+    checked = []
+    for j, allowed in enumerate(parents):
+        allowed = tuple(int(i) for i in allowed)
+        for i in allowed:
+            if not 0 <= i < len(sizes) or i == j:
+                raise ValueError(
+                    f"parents[{j}] names block {i}: must be another block in 0..{len(sizes) - 1}"
+                )
+        if len(set(allowed)) != len(allowed):
+            raise ValueError(f"parents[{j}] repeats a block: {list(allowed)}")
+        checked.append(allowed)
+    return sizes, tuple(checked)
+
+
+class _SharedDesign:
+    """Column statistics and scaled X (or its Gram) computed once for all child blocks."""
+
+    def __init__(self, x: Tensor, fit_intercept: bool) -> None:
+        self.x, self.fit_intercept = x, fit_intercept
+        self.M, self.N = x.shape
+        self.mean, self.norms = column_stats(x, fit_intercept)
+        self.sparse = x.layout == torch.sparse_csr
+        inverse = torch.where(self.norms > 0, 1 / self.norms, torch.zeros_like(self.norms))
+        if self.sparse:
+            self.x_t = csr_transpose(x)
+            self.xs_t = csr_transpose(scaled_sparse(x, self.norms))
+            self.gram_source = SparseGram(self.xs_t)
+            self.mu = (self.mean * inverse).to(x.dtype)
+        else:
+            self.xc = (x - self.mean.to(x.dtype)) * inverse.to(x.dtype)
+            self.gram = self.xc.t() @ self.xc if self.N**2 <= GRAM_MAX_ENTRIES else None
+
+    def problem(self, predictors: Tensor, targets: Tensor) -> LassoProblem:
+        """Problem regressing columns `targets` on the (nonzero-norm) columns `predictors`."""
+        if self.sparse:
+            x_pred = csr_transpose(csr_rows(self.xs_t, predictors))
+            mu = self.mu[predictors] if self.fit_intercept else None
+            return SparseProblem(
+                x_pred, mu, csr_rows(self.x_t, targets), self.gram_source, predictors
+            )
+        if self.gram is not None:
+            cross_t = (
+                self.gram[targets][:, predictors] * self.norms[targets].to(self.x.dtype)[:, None]
+            )
+            yty = self.norms[targets] ** 2
+            return GramProblem(self.gram[predictors][:, predictors], cross_t, yty, self.M)
+        y_t = (self.xc[:, targets] * self.norms[targets].to(self.x.dtype)).t().contiguous()
+        return DenseProblem(self.xc[:, predictors], y_t)
+
+
+def block_lasso(
+    X: Matrix,
+    block_sizes: Sequence[int],
+    parents: Sequence[Sequence[int]],
+    lam: float | Matrix,
+    *,
+    fit_intercept: bool = False,
+    normalize: bool = True,
+    tol: float = 1e-6,
+    stop: StopRule = "gap",
+    max_iter: int = 20_000,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> BlockLassoResult:
+    """Lasso of every column of X (M, N) on the columns of its block's allowed parent blocks.
+
+    block_sizes: ints summing to N; parents[j]: allowed parent blocks of child block j (see
+    `upper_triangular_parents`); lam: scalar or (N,) per target column. Other arguments and the
+    objective as in `lasso`.
+    """
+    _check_options(tol, stop, max_iter)
+    device = torch.device(device or "cpu")
+    x, _ = as_matrix(X, "X", dtype, device)
+    sizes, allowed = _check_blocks(x.shape[1], block_sizes, parents)
+    lam_all = per_output(lam, x.shape[1], "lam")
+    shared = _SharedDesign(x, fit_intercept)
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s)
+    N = x.shape[1]
+    intercept = shared.mean.clone() if fit_intercept else torch.zeros(N, dtype=torch.float64)
+    gap = torch.zeros(N, dtype=torch.float64)
+    objective = shared.norms**2 / (2 * shared.M)
+    n_iter = torch.zeros(N, dtype=torch.int64)
+    converged = torch.ones(N, dtype=torch.bool)
+    coef: dict[tuple[int, int], Tensor] = {}
+    for j, parent_blocks in enumerate(allowed):
+        if not parent_blocks:
+            continue
+        targets = torch.arange(offsets[j], offsets[j + 1])
+        columns = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in parent_blocks])
+        keep = (shared.norms[columns] > 0).nonzero().squeeze(1)
+        prepared = Prepared(
+            problem=shared.problem(columns[keep], targets),
+            keep=keep,
+            norms=shared.norms[columns[keep]],
+            x_mean=shared.mean[columns],
+            y_mean=shared.mean[targets]
+            if fit_intercept
+            else torch.zeros(targets.numel(), dtype=torch.float64),
+            n_features=columns.numel(),
+            sparse=shared.sparse,
+            was_1d=False,
+        )
+        lam_j = check_lam(lam_all[targets], prepared)
+        solution = solve_working_sets(
+            prepared.problem,
+            lam_j,
+            prepared.omega(normalize),
+            tol=tol,
+            stop=stop,
+            max_iter=max_iter,
+            chunk_size=chunk_size,
+            progress=progress,
+        )
+        result: LassoResult = to_result(prepared, solution, lam_j, max_iter)
+        start = 0
+        for i in parent_blocks:
+            rows = torch.arange(start, start + sizes[i])
+            coef[(i, j)] = result.coef.index_select(0, rows)
+            start += sizes[i]
+        intercept[targets] = result.intercept
+        gap[targets], objective[targets] = result.gap, result.objective
+        n_iter[targets], converged[targets] = result.n_iter, result.converged
+    return BlockLassoResult(
+        sizes, allowed, coef, intercept, gap, objective, n_iter, converged, lam_all
+    )

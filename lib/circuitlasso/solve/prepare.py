@@ -1,0 +1,152 @@
+"""From user inputs (X, Y) to a `LassoProblem` in scaled coordinates, and back to coefficients.
+
+Columns of X with zero (centered) norm cannot enter any model; they are dropped from the problem
+and get coefficient 0. The remaining columns are centered (with an intercept; implicitly for
+sparse X) and divided by their l2 norm, as App. B.1 of the paper does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from circuitlasso.solve._inputs import Matrix, as_matrix, check_rows, per_output
+from circuitlasso.solve._sparse import column_sums, csr_rows, csr_transpose, padded_rows
+from circuitlasso.solve.problems import (
+    DenseProblem,
+    GramProblem,
+    LassoProblem,
+    SparseProblem,
+    scaled_sparse,
+)
+
+GRAM_MAX_ENTRIES = 2**28
+"""Largest dense p x p Gram kept in memory (1 GiB in float32)."""
+
+
+@dataclass
+class Prepared:
+    """A problem plus what maps its scaled, column-dropped solution back to the user's units."""
+
+    problem: LassoProblem
+    keep: Tensor  # (p_kept,) user column index of each problem feature
+    norms: Tensor  # (p_kept,) float64 centered l2 norm of each problem feature
+    x_mean: Tensor  # (p,) float64 column means (zeros without intercept)
+    y_mean: Tensor  # (d,) float64 target means (zeros without intercept)
+    n_features: int
+    sparse: bool
+    was_1d: bool
+
+    def omega(self, normalize: bool) -> Tensor:
+        """(p_kept,) penalty weight per scaled feature: 1, or 1/norm for the unscaled problem."""
+        return torch.ones_like(self.norms) if normalize else 1.0 / self.norms
+
+
+def column_stats(x: Tensor, fit_intercept: bool) -> tuple[Tensor, Tensor]:
+    """(p,) float64 column means (zeros without intercept) and centered l2 norms of x (M, p).
+
+    Norms that cancellation leaves at rounding level (constant columns) are set to exactly 0.
+    """
+    M = x.shape[0]
+    if x.layout == torch.sparse_csr:
+        sums, squares = column_sums(x), column_sums(x, 2)
+    else:
+        sums, squares = x.double().sum(0), (x.double() ** 2).sum(0)
+    mean = sums / M if fit_intercept else torch.zeros_like(sums)
+    norm_sq = squares - M * mean**2
+    norm_sq = torch.where(norm_sq > 1e-12 * squares, norm_sq, torch.zeros_like(norm_sq))
+    return mean, norm_sq.sqrt()
+
+
+def prepare(
+    X: Matrix,
+    Y: Matrix,
+    *,
+    fit_intercept: bool,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> Prepared:
+    """Validate (X (M, p), Y (M, d) or (M,)) and build the matching problem."""
+    device = torch.device(device or "cpu")
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    x, _ = as_matrix(X, "X", dtype, device)
+    y, was_1d = as_matrix(Y, "Y", dtype, device, allow_1d=True)
+    check_rows(x.shape[0], y, "Y")
+    x_mean, norms = column_stats(x, fit_intercept)
+    keep = (norms > 0).nonzero().squeeze(1)
+    y_mean = _column_means(y) if fit_intercept else torch.zeros(y.shape[1], dtype=torch.float64)
+    if x.layout == torch.sparse_csr:
+        x_t = csr_transpose(x)
+        x_kept = x if keep.numel() == x.shape[1] else csr_transpose(csr_rows(x_t, keep))
+        mu = (x_mean[keep] / norms[keep]).to(dtype) if fit_intercept else None
+        problem: LassoProblem = SparseProblem(scaled_sparse(x_kept, norms[keep]), mu, _rows_of(y))
+    else:
+        problem = dense_problem(x[:, keep], norms[keep], x_mean[keep], _dense(y), y_mean)
+    return Prepared(
+        problem, keep, norms[keep], x_mean, y_mean, x.shape[1], x.layout == torch.sparse_csr, was_1d
+    )
+
+
+def dense_problem(
+    x: Tensor, norms: Tensor, x_mean: Tensor, y: Tensor, y_mean: Tensor
+) -> LassoProblem:
+    """Gram or dense problem for dense x (M, p) with nonzero `norms`, and dense targets y (M, d)."""
+    M, p = x.shape
+    x_scaled = (x - x_mean.to(x.dtype)) / norms.to(x.dtype)
+    y_centered = y - y_mean.to(y.dtype)
+    if p * p <= GRAM_MAX_ENTRIES and (p <= 2048 or p <= M):
+        gram = x_scaled.t() @ x_scaled
+        cross_t = y_centered.t() @ x_scaled
+        yty = (y_centered.double() ** 2).sum(0)
+        return GramProblem(gram, cross_t, yty, M)
+    return DenseProblem(x_scaled, y_centered.t().contiguous())
+
+
+def _column_means(y: Tensor) -> Tensor:
+    if y.layout == torch.sparse_csr:
+        return column_sums(y) / y.shape[0]
+    return y.double().mean(0)
+
+
+def _rows_of(y: Tensor) -> Tensor:
+    """Targets as rows (d, M): CSR for sparse y, dense otherwise."""
+    return csr_transpose(y) if y.layout == torch.sparse_csr else y.t().contiguous()
+
+
+def _dense(y: Tensor) -> Tensor:
+    return y.to_dense() if y.layout == torch.sparse_csr else y
+
+
+def check_lam(lam: object, prepared: Prepared) -> Tensor:
+    """(d,) float64 penalty per output; > 0 wherever the centered target is nonzero."""
+    lam_t = per_output(lam, prepared.problem.n_outputs, "lam")
+    zero = (lam_t == 0) & (prepared.problem.yty > 0)
+    if bool(zero.any()):
+        raise ValueError(
+            f"lam must be > 0 for outputs with a nonzero target (output {int(zero.nonzero()[0, 0])}"
+            " has lam = 0): lam = 0 is least squares, which a duality gap cannot certify"
+        )
+    return lam_t
+
+
+def scaled_init(coef: Matrix, prepared: Prepared) -> tuple[Tensor, Tensor]:
+    """Warm start (W, b) in scaled coordinates from user coefficients (p, d) or (p,)."""
+    problem = prepared.problem
+    c, _ = as_matrix(coef, "coef_init", problem.dtype, prepared.keep.device, allow_1d=True)
+    expected = (prepared.n_features, problem.n_outputs)
+    if tuple(c.shape) != expected:
+        raise ValueError(f"coef_init must have shape {expected}, got {tuple(c.shape)}")
+    by_output = csr_transpose(c) if c.layout == torch.sparse_csr else c.t().to_sparse_csr()
+    coo = by_output.to_sparse_coo().coalesce()
+    outputs, features = coo.indices()
+    position = torch.full((prepared.n_features,), -1, dtype=torch.int64, device=features.device)
+    position[prepared.keep] = torch.arange(prepared.keep.numel(), device=features.device)
+    feature = position[features]
+    use = (feature >= 0) & (coo.values() != 0)
+    values = coo.values()[use] * prepared.norms.to(coo.values().dtype)[feature[use]]
+    size = (problem.n_outputs, prepared.keep.numel())
+    kept = torch.sparse_coo_tensor(torch.stack([outputs[use], feature[use]]), values, size)
+    return padded_rows(kept.coalesce().to_sparse_csr())

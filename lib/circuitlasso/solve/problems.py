@@ -1,0 +1,196 @@
+"""Multi-output Lasso problems in scaled coordinates, behind one small interface.
+
+A problem holds predictors X~ (M, p) whose columns are centered (when an intercept is fitted)
+and scaled to unit l2 norm, and targets y_j (centered likewise). The working-set engine only
+asks a problem for
+  - `gram(W)`: Gram blocks X~_W^T X~_W for index sets W (B, K) -> (B, K, K), and
+  - `gradient(cols, W, b)`: g = X~^T r (B, p) with r = y_c - X~_W b for outputs `cols`, plus
+    ||r||^2 and <y_c, r> (float64).
+Three implementations trade memory for speed:
+  - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
+  - `SparseProblem`: sparse X (and sparse or dense Y); Gram entries looked up in a sparse Gram;
+    residuals stay sparse, so a gradient costs about (active rows of r) x (nnz per row of X).
+  - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from circuitlasso.solve._sparse import (
+    SortedLookup,
+    csr_from_padded,
+    csr_rows,
+    csr_transpose,
+    row_sq_sums,
+    row_sums,
+    scale_columns,
+    subtract,
+)
+
+GRAM_BUDGET = 2**26
+"""Entries of a (B, K, K) or (B, p) work tensor allowed at once (256 MiB in float32)."""
+
+
+class LassoProblem(Protocol):
+    n_obs: int
+    n_features: int
+    n_outputs: int
+    dtype: torch.dtype
+    yty: Tensor
+    """(d,) float64 squared norm of each centered target."""
+
+    def gram(self, W: Tensor) -> Tensor:
+        """Gram blocks (B, K, K) of the scaled predictors for index sets W (B, K)."""
+        ...
+
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """For outputs `cols` (B,) with coefficients b (B, K) on features W (B, K): X~^T r (B, p),
+        ||r||^2 (B,) and <y_c, r> (B,), r = y_c - X~_W b. Padding entries carry b = 0."""
+        ...
+
+
+def _dense_from_padded(W: Tensor, b: Tensor, p: int) -> Tensor:
+    return torch.zeros(W.shape[0], p, dtype=b.dtype, device=b.device).scatter_add_(1, W, b)
+
+
+class GramProblem:
+    """Problem given by G = X~^T X~ (p, p), C^T = Y_c^T X~ (d, p) and ||y_c||^2 (d,)."""
+
+    def __init__(self, gram: Tensor, cross_t: Tensor, yty: Tensor, n_obs: int) -> None:
+        self.G, self.Ct, self.yty = gram, cross_t, yty
+        self.n_obs = n_obs
+        self.n_features = gram.shape[0]
+        self.n_outputs = cross_t.shape[0]
+        self.dtype = gram.dtype
+
+    def gram(self, W: Tensor) -> Tensor:
+        return self.G[W.unsqueeze(2), W.unsqueeze(1)]
+
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        c = self.Ct[cols]
+        Gb = _dense_from_padded(W, b, self.n_features) @ self.G
+        cb = (c.gather(1, W).double() * b.double()).sum(1)
+        bGb = (Gb.gather(1, W).double() * b.double()).sum(1)
+        yty = self.yty[cols]
+        return c - Gb, yty - 2 * cb + bGb, yty - cb
+
+
+class DenseProblem:
+    """Dense X~ (M, p) kept in memory; Gram blocks are gathered from its columns."""
+
+    def __init__(self, x_scaled: Tensor, y_centered_t: Tensor) -> None:
+        self.Xt = x_scaled.t().contiguous()  # (p, M)
+        self.Yt = y_centered_t  # (d, M)
+        self.yty = (y_centered_t.double() ** 2).sum(1)
+        self.n_features, self.n_obs = self.Xt.shape
+        self.n_outputs = y_centered_t.shape[0]
+        self.dtype = x_scaled.dtype
+
+    def gram(self, W: Tensor) -> Tensor:
+        B, K = W.shape
+        out = torch.empty(B, K, K, dtype=self.Xt.dtype, device=self.Xt.device)
+        step = max(1, GRAM_BUDGET // max(1, K * self.n_obs))
+        for start in range(0, B, step):
+            cols = self.Xt[W[start : start + step]]  # (b, K, M)
+            out[start : start + step] = cols @ cols.transpose(1, 2)
+        return out
+
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        y = self.Yt[cols]
+        r = y - _dense_from_padded(W, b, self.n_features) @ self.Xt
+        rr = (r.double() ** 2).sum(1)
+        yr = (y.double() * r.double()).sum(1)
+        return r @ self.Xt.t(), rr, yr
+
+
+class SparseGram:
+    """Sparse Gram of scaled sparse columns, shared by the problems built on those columns."""
+
+    def __init__(self, x_scaled_t: Tensor) -> None:
+        self.lookup = SortedLookup(x_scaled_t @ csr_transpose(x_scaled_t))
+
+
+class SparseProblem:
+    """Sparse X~ (CSR). Centering, when asked, is implicit: X~ = X_s - 1 mu^T, never densified.
+
+    x_scaled: (M, p) CSR of the scaled uncentered columns X_s; mu: (p,) column means of X_s or
+    None (no intercept); y_t: (d, M) targets as CSR rows or dense rows, uncentered.
+    `gram_source` and `feature_ids` let several problems share one sparse Gram over a larger
+    set of columns (feature_ids: (p,) their indices in it).
+    """
+
+    def __init__(
+        self,
+        x_scaled: Tensor,
+        mu: Tensor | None,
+        y_t: Tensor,
+        gram_source: SparseGram | None = None,
+        feature_ids: Tensor | None = None,
+    ) -> None:
+        self.Xs = x_scaled
+        self.Xst = csr_transpose(x_scaled)
+        self.mu = mu
+        self.Yt = y_t
+        self.n_obs, self.n_features = x_scaled.shape
+        self.n_outputs = y_t.shape[0]
+        self.dtype = x_scaled.dtype
+        self.sparse_y = y_t.layout == torch.sparse_csr
+        self.yty_raw = row_sq_sums(y_t) if self.sparse_y else (y_t.double() ** 2).sum(1)
+        y_sum = _row_sums(y_t)
+        self.ybar = y_sum / self.n_obs if mu is not None else None
+        self.yty = self.yty_raw - (y_sum**2 / self.n_obs if mu is not None else 0.0)
+        self._gram_source = gram_source
+        self._feature_ids = feature_ids
+
+    def _lookup(self) -> SortedLookup:
+        if self._gram_source is None:
+            self._gram_source = SparseGram(self.Xst)
+        return self._gram_source.lookup
+
+    def gram(self, W: Tensor) -> Tensor:
+        ids = W if self._feature_ids is None else self._feature_ids[W]
+        B, K = W.shape
+        out = torch.empty(B, K, K, dtype=self.Xs.dtype, device=W.device)
+        step = max(1, GRAM_BUDGET // max(1, K * K))
+        lookup = self._lookup()
+        for s in range(0, B, step):
+            w = ids[s : s + step]
+            out[s : s + step] = lookup(w.unsqueeze(2), w.unsqueeze(1))
+        if self.mu is not None:
+            m = self.mu[W]
+            out -= self.n_obs * m.unsqueeze(2) * m.unsqueeze(1)
+        return out
+
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        M = self.n_obs
+        y = csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]
+        fitted = csr_from_padded(W, b, self.n_features) @ self.Xst  # (B, M) CSR
+        fitted_sq = row_sq_sums(fitted)
+        if self.sparse_y:
+            u = subtract(y, fitted)
+            g = (u @ self.Xs).to_dense()
+            u_sq, u_sum = row_sq_sums(u), _row_sums(u)
+        else:
+            u = y - fitted.to_dense()
+            g = (self.Xst @ u.t()).t()
+            u_sq, u_sum = (u.double() ** 2).sum(1), u.double().sum(1)
+        yu = (self.yty_raw[cols] + u_sq - fitted_sq) / 2
+        if self.mu is None or self.ybar is None:
+            return g, u_sq, yu
+        ubar = u_sum / M
+        g -= (M * ubar).to(g.dtype).unsqueeze(1) * self.mu.unsqueeze(0)
+        return g, u_sq - M * ubar**2, yu - M * self.ybar[cols] * ubar
+
+
+def _row_sums(y_t: Tensor) -> Tensor:
+    return row_sums(y_t) if y_t.layout == torch.sparse_csr else y_t.double().sum(1)
+
+
+def scaled_sparse(x: Tensor, norms: Tensor) -> Tensor:
+    """CSR X (M, p) with column k divided by norms[k] (columns of zero norm are left as is)."""
+    inverse = torch.where(norms > 0, 1.0 / norms, torch.zeros_like(norms))
+    return scale_columns(x, inverse)

@@ -1,0 +1,253 @@
+"""The solver against scikit-learn, its certificates, block masks and input validation."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from sklearn.linear_model import Lasso, LogisticRegression
+
+import circuitlasso.solve.prepare as prepare_module
+from circuitlasso.solve import (
+    block_lasso,
+    lam_max,
+    lasso,
+    lasso_path,
+    logistic_lasso,
+    upper_triangular_parents,
+)
+
+F64 = torch.float64
+
+
+def _problem(sparse: bool, seed: int = 0, M: int = 80, p: int = 30, d: int = 4):
+    """X (M, p), Y (M, d) with a planted sparse A; sparse X has 30% density."""
+    rng = np.random.default_rng(seed)
+    if sparse:
+        X = sp.random(M, p, density=0.3, random_state=seed, format="csr")
+    else:
+        X = rng.standard_normal((M, p))
+    A = np.zeros((p, d))
+    A[rng.choice(p, 5, replace=False)] = rng.standard_normal((5, d))
+    Y = np.asarray(X @ A) + 0.1 * rng.standard_normal((M, d)) + 0.5
+    return X, Y
+
+
+def _sklearn(X, y, lam, fit_intercept):
+    model = Lasso(alpha=lam, fit_intercept=fit_intercept, tol=1e-14, max_iter=1_000_000)
+    model.fit(X, y)
+    r = y - X @ model.coef_ - model.intercept_
+    objective = r @ r / (2 * len(y)) + lam * np.abs(model.coef_).sum()
+    return model.coef_, model.intercept_, objective
+
+
+def _dense(coef: torch.Tensor) -> np.ndarray:
+    return (coef.to_dense() if coef.layout != torch.strided else coef).numpy()
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_lasso_matches_sklearn(sparse, fit_intercept):
+    X, Y = _problem(sparse)
+    lam = 0.1 * lam_max(X, Y, fit_intercept=fit_intercept, normalize=False).numpy()
+    res = lasso(X, Y, lam, fit_intercept=fit_intercept, normalize=False, tol=1e-12, dtype=F64)
+    coef = _dense(res.coef)
+    for j in range(Y.shape[1]):
+        ref_coef, ref_intercept, ref_obj = _sklearn(X, Y[:, j], lam[j], fit_intercept)
+        assert abs(res.objective[j].item() - ref_obj) <= 1e-6 * ref_obj
+        assert np.abs(coef[:, j] - ref_coef).max() <= 1e-6 * np.abs(ref_coef).max()
+        assert abs(res.intercept[j].item() - ref_intercept) <= 1e-6 * max(1.0, abs(ref_intercept))
+    assert res.converged.all()
+
+
+def test_normalize_solves_lasso_on_unit_norm_columns():
+    X, Y = _problem(sparse=False, seed=1)
+    Xc = X - X.mean(0)
+    norms = np.linalg.norm(Xc, axis=0)
+    lam = 0.05 * lam_max(X, Y, fit_intercept=True).numpy()
+    res = lasso(X, Y, lam, fit_intercept=True, tol=1e-12, dtype=F64)
+    for j in range(Y.shape[1]):
+        ref_coef, _, ref_obj = _sklearn(X / norms, Y[:, j], lam[j], True)
+        assert abs(res.objective[j].item() - ref_obj) <= 1e-6 * ref_obj
+        np.testing.assert_allclose(
+            res.coef[:, j].numpy() * norms, ref_coef, atol=1e-6 * np.abs(ref_coef).max()
+        )
+
+
+def test_gap_certificate_and_independent_objective():
+    X, Y = _problem(sparse=True, seed=2)
+    tol = 1e-7
+    res = lasso(X, Y, 0.2 * lam_max(X, Y), tol=tol, dtype=F64)
+    M = Y.shape[0]
+    assert (res.gap.numpy() <= tol * (Y**2).sum(0) / M).all() and res.converged.all()
+    # objective recomputed here from the returned coefficients, in the normalized problem
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(0))).ravel()
+    coef = _dense(res.coef)
+    for j in range(Y.shape[1]):
+        r = Y[:, j] - X @ coef[:, j]
+        objective = r @ r / (2 * M) + res.lam[j].item() * np.abs(coef[:, j] * norms).sum()
+        assert abs(objective - res.objective[j].item()) <= 1e-10 * objective
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_lam_at_or_above_lam_max_gives_zeros(sparse):
+    X, Y = _problem(sparse, seed=3)
+    top = lam_max(X, Y, fit_intercept=True)
+    at = lasso(X, Y, top, fit_intercept=True, dtype=F64)
+    assert (_dense(at.coef) == 0).all()
+    np.testing.assert_allclose(at.intercept.numpy(), Y.mean(0))
+    below = lasso(X, Y, 0.95 * top, fit_intercept=True, dtype=F64)
+    assert (below.support_size > 0).all()
+
+
+def test_float32_default_close_to_float64():
+    X, Y = _problem(sparse=True, seed=4, M=200, p=60)
+    lam = 0.05 * lam_max(X, Y)
+    single = lasso(X, Y, lam)
+    double = lasso(X, Y, lam, dtype=F64, tol=1e-10)
+    assert single.coef.dtype == torch.float32 and single.coef.layout == torch.sparse_coo
+    np.testing.assert_allclose(single.objective.numpy(), double.objective.numpy(), rtol=1e-5)
+
+
+def test_one_dimensional_target_and_zero_columns():
+    X, Y = _problem(sparse=False, seed=5)
+    X[:, 7] = 0.0
+    res = lasso(X, Y[:, 0], 0.1 * lam_max(X, Y[:, 0]).item(), dtype=F64)
+    assert res.coef.shape == (X.shape[1],) and res.gap.dim() == 0
+    assert res.coef[7] == 0.0
+
+
+def test_dense_problem_without_gram_matches_gram(monkeypatch):
+    X, Y = _problem(sparse=False, seed=6)
+    lam = 0.1 * lam_max(X, Y)
+    with_gram = lasso(X, Y, lam, fit_intercept=True, dtype=F64, tol=1e-12)
+    monkeypatch.setattr(prepare_module, "GRAM_MAX_ENTRIES", 0)
+    without = lasso(X, Y, lam, fit_intercept=True, dtype=F64, tol=1e-12)
+    np.testing.assert_allclose(without.coef.numpy(), with_gram.coef.numpy(), atol=1e-8)
+
+
+def test_stop_on_objective_decrease_and_warm_start():
+    X, Y = _problem(sparse=False, seed=7)
+    lam = 0.1 * lam_max(X, Y)
+    exact = lasso(X, Y, lam, dtype=F64, tol=1e-12)
+    paper_rule = lasso(X, Y, lam, dtype=F64, tol=1e-10, stop="objective")
+    np.testing.assert_allclose(paper_rule.objective.numpy(), exact.objective.numpy(), rtol=1e-6)
+    warm = lasso(X, Y, lam, dtype=F64, tol=1e-12, coef_init=exact.coef)
+    np.testing.assert_allclose(warm.coef.numpy(), exact.coef.numpy(), atol=1e-9)
+    assert warm.n_iter.sum() <= exact.n_iter.sum()
+
+
+def test_warm_started_path_equals_cold_solves():
+    X, Y = _problem(sparse=True, seed=8)
+    path = lasso_path(X, Y, n_lams=6, eps=0.05, dtype=F64, tol=1e-10)
+    assert path.lams.shape == (6, Y.shape[1]) and len(path.coefs) == 6
+    assert (path.lams[0] == lam_max(X, Y)).all()
+    assert (path.support_size[0] == 0).all() and (path.support_size[-1] > 0).all()
+    for i in (2, 5):
+        cold = lasso(X, Y, path.lams[i], dtype=F64, tol=1e-10)
+        np.testing.assert_allclose(path.objective[i].numpy(), cold.objective.numpy(), rtol=1e-8)
+        np.testing.assert_allclose(_dense(path.coefs[i]), _dense(cold.coef), atol=1e-6)
+
+
+def test_upper_triangular_parents_with_parallel_heads():
+    assert upper_triangular_parents(3) == [[], [0], [0, 1]]
+    parents = upper_triangular_parents(4, parallel_groups=[[1, 2]])
+    assert parents == [[], [0], [0], [0, 1, 2]]
+    with pytest.raises(ValueError, match="block 5"):
+        upper_triangular_parents(4, parallel_groups=[[5]])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_block_lasso_masks_and_matches_per_child_lasso(sparse):
+    rng = np.random.default_rng(9)
+    M, sizes = 120, [4, 3, 5, 3]
+    X = rng.standard_normal((M, sum(sizes)))
+    X[:, 4:7] += X[:, :3] @ rng.standard_normal((3, 3))
+    X[:, 12:] += X[:, 7:10]
+    Xin = sp.csr_matrix(X) if sparse else X
+    parents = upper_triangular_parents(4, parallel_groups=[[1, 2]])
+    res = block_lasso(Xin, sizes, parents, 0.01, fit_intercept=True, dtype=F64, tol=1e-12)
+    A = res.to_dense().numpy()
+    allowed = np.zeros_like(A, dtype=bool)
+    off = np.cumsum([0, *sizes])
+    for j, ps in enumerate(parents):
+        for i in ps:
+            allowed[off[i] : off[i + 1], off[j] : off[j + 1]] = True
+    assert (A[~allowed] == 0.0).all()
+    np.testing.assert_array_equal(res.to_sparse().to_dense().numpy(), A)
+    # child block 3 against a direct lasso on its parents' columns
+    cols = np.concatenate([np.arange(off[i], off[i + 1]) for i in parents[3]])
+    direct = lasso(X[:, cols], X[:, off[3] :], 0.01, fit_intercept=True, dtype=F64, tol=1e-12)
+    np.testing.assert_allclose(A[cols, off[3] :], direct.coef.numpy(), atol=1e-9)
+    np.testing.assert_allclose(res.gap[off[3] :].numpy(), direct.gap.numpy(), atol=1e-12)
+    assert res.converged.all() and (res.gap[: off[1]] == 0).all()
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_logistic_matches_sklearn(fit_intercept):
+    # mean cross-entropy + lam |a|_1 = (|a|_1 + C sum CE) / (C M) with C = 1 / (lam M);
+    # l1_ratio=1.0 is the scikit-learn >= 1.8 spelling of penalty="l1"
+    rng = np.random.default_rng(10)
+    M, p = 150, 8
+    X = rng.standard_normal((M, p))
+    y = (X[:, 0] - 2 * X[:, 1] + 0.5 + rng.standard_normal(M) > 0).astype(float)
+    lam = 0.02
+    res = logistic_lasso(
+        X, y, lam, fit_intercept=fit_intercept, normalize=False, tol=1e-10, dtype=F64
+    )
+    solver = "saga" if fit_intercept else "liblinear"
+    ref = LogisticRegression(
+        l1_ratio=1.0,
+        C=1 / (lam * M),
+        solver=solver,
+        fit_intercept=fit_intercept,
+        tol=1e-12,
+        max_iter=200_000,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.fit(X, y)
+    eta = X @ ref.coef_[0] + np.atleast_1d(ref.intercept_)[0]
+    ref_obj = np.mean(np.logaddexp(0, eta) - y * eta) + lam * np.abs(ref.coef_).sum()
+    assert res.converged and abs(res.objective.item() - ref_obj) <= 1e-6 * ref_obj
+    np.testing.assert_allclose(res.coef.numpy(), ref.coef_[0], atol=1e-4)
+
+
+def test_logistic_sparse_input_and_all_zero_at_large_lam():
+    rng = np.random.default_rng(11)
+    X = sp.random(200, 40, density=0.2, random_state=11, format="csr")
+    y = rng.integers(0, 2, 200)
+    dense = logistic_lasso(X.toarray(), y, 0.01, dtype=F64, tol=1e-9)
+    sparse = logistic_lasso(X, y, 0.01, dtype=F64, tol=1e-9)
+    np.testing.assert_allclose(sparse.coef.numpy(), dense.coef.numpy(), atol=1e-6)
+    assert (logistic_lasso(X, y, 10.0).coef == 0).all()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda X, Y: lasso(np.where(np.arange(6) == 3, np.nan, X), Y, 0.1), "column: 3"),
+        (lambda X, Y: lasso(X, np.where(np.arange(2) == 1, np.inf, Y), 0.1), "Y has NaN or inf"),
+        (
+            lambda X, Y: lasso(sp.csr_matrix(np.where(np.arange(6) == 2, np.inf, X)), Y, 0.1),
+            "column: 2",
+        ),
+        (lambda X, Y: lasso(X, Y[:-1], 0.1), "Y has 9 rows but X has 10"),
+        (lambda X, Y: lasso(X, Y, -0.1), "lam must be >= 0"),
+        (lambda X, Y: lasso(X, Y, [0.1, 0.2, 0.3]), "one entry per output"),
+        (lambda X, Y: lasso(X, Y, 0.0), "lam must be > 0"),
+        (lambda X, Y: lasso(np.zeros((0, 6)), Y[:0], 0.1), "X is empty"),
+        (lambda X, Y: lasso(X, Y, 0.1, tol=0), "tol must be > 0"),
+        (lambda X, Y: block_lasso(X, [2, 2], [[], [0]], 0.1), "add up to 4 but X has 6"),
+        (lambda X, Y: block_lasso(X, [3, 3], [[], [1]], 0.1), r"parents\[1\] names block 1"),
+        (lambda X, Y: logistic_lasso(X, Y[:, 0] * 0, 0.1), "two classes"),
+    ],
+)
+def test_bad_input_raises_clear_error(call, message):
+    rng = np.random.default_rng(12)
+    X, Y = rng.standard_normal((10, 6)), rng.standard_normal((10, 2))
+    with pytest.raises(ValueError, match=message):
+        call(X, Y)
