@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
 from circuitlasso.solve.fista import StopRule, duality_gap, fista
