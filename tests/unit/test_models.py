@@ -6,6 +6,8 @@ filled with tiny random-weight files in the hub's formats.
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -202,8 +204,6 @@ def test_check_sae_fits_rejects_d_in_mismatch(tiny: HookedTransformer) -> None:
 def test_toy_names_dispatch_to_the_toy_world(
     tiny: HookedTransformer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import circuitlasso.toyworld as toyworld
-
     calls: list[tuple[str, object]] = []
     sae = tiny_sae(tiny.cfg.d_model, "blocks.0.hook_resid_post")
 
@@ -215,9 +215,11 @@ def test_toy_names_dispatch_to_the_toy_world(
         calls.append(("saes", layers))
         return {0: sae}
 
-    # set in the module's namespace: its lazy __getattr__ would import the real artifacts
-    monkeypatch.setitem(vars(toyworld), "load_toy_model", load_toy_model)
-    monkeypatch.setitem(vars(toyworld), "load_toy_saes", load_toy_saes)
+    # a stand-in module: the dispatch is tested apart from the committed artifacts
+    toyworld = types.ModuleType("circuitlasso.toyworld")
+    toyworld.load_toy_model = load_toy_model  # type: ignore[attr-defined]
+    toyworld.load_toy_saes = load_toy_saes  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "circuitlasso.toyworld", toyworld)
 
     model = models.load_model("toy")
     assert model is tiny and not model.training
