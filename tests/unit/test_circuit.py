@@ -1,0 +1,111 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from circuitlasso.circuit import (
+    Circuit,
+    best_threshold_shd,
+    block_norm_scores,
+    circuit_at_threshold,
+    edge_auroc,
+    edge_shd,
+    gap_threshold,
+    node_shd,
+    prune_to_output,
+)
+
+TRUE = Circuit([("input", "m0"), ("m0", "a1.h0"), ("a1.h0", "output")])
+
+
+def test_nodes_are_edge_endpoints_and_json_round_trips(tmp_path):
+    assert TRUE.nodes == {"input", "m0", "a1.h0", "output"}
+    path = tmp_path / "sub" / "circuit.json"
+    TRUE.save(path)
+    assert Circuit.load(path) == TRUE
+    assert not list(path.parent.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("edge", [("a", "a"), ("a",), ("a", 3)])
+def test_bad_edges_are_rejected(edge):
+    with pytest.raises(ValueError, match="edge"):
+        Circuit([edge])
+
+
+def test_acyclicity():
+    assert TRUE.is_acyclic()
+    assert not Circuit([("a", "b"), ("b", "c"), ("c", "a")]).is_acyclic()
+
+
+def test_shd_counts_symmetric_differences():
+    predicted = Circuit([("input", "m0"), ("m0", "output"), ("a0.h1", "output")])
+    # edges: 1 shared, 2 extra, 2 missing; nodes: a1.h0 missing, a0.h1 extra
+    assert edge_shd(predicted, TRUE) == 4
+    assert node_shd(predicted, TRUE) == 2
+    assert edge_shd(TRUE, TRUE) == node_shd(TRUE, TRUE) == 0
+
+
+def test_prune_keeps_only_paths_into_the_output():
+    circuit = Circuit([*TRUE.edges, ("input", "a0.h3"), ("a0.h3", "a1.h2"), ("a0.h2", "m0")])
+    assert prune_to_output(circuit) == Circuit([*TRUE.edges, ("a0.h2", "m0")])
+
+
+def test_auroc_matches_the_rank_definition():
+    scores = {
+        ("input", "m0"): 0.9,
+        ("m0", "a1.h0"): 0.2,
+        ("a1.h0", "output"): 0.5,
+        ("input", "a1.h0"): 0.3,
+        ("input", "output"): 0.1,
+    }
+    labels = [e in TRUE.edges for e in scores]
+    pos = [s for s, y in zip(scores.values(), labels, strict=True) if y]
+    neg = [s for s, y in zip(scores.values(), labels, strict=True) if not y]
+    expected = np.mean([float(p > n) + 0.5 * (p == n) for p in pos for n in neg])
+    assert edge_auroc(scores, TRUE) == pytest.approx(expected)
+
+
+def test_auroc_needs_every_true_edge_scored():
+    with pytest.raises(ValueError, match="missing"):
+        edge_auroc({("input", "m0"): 1.0}, TRUE)
+
+
+def test_auroc_is_nan_with_one_class():
+    assert math.isnan(edge_auroc(dict.fromkeys(TRUE.edges, 1.0), TRUE))
+
+
+def test_best_threshold_finds_the_separating_cut():
+    scores = {
+        ("input", "m0"): 0.9,
+        ("m0", "a1.h0"): 0.7,
+        ("a1.h0", "output"): 0.8,
+        ("input", "output"): 0.75,
+        ("input", "a1.h0"): 0.1,
+    }
+    shd, threshold = best_threshold_shd(scores, TRUE)
+    # cuts in (0.1, 0.7) keep the true path plus input->output (SHD 1); higher cuts lose true
+    # edges (SHD >= 2), lower ones add input->a1.h0 as well (SHD 2)
+    assert shd == 1
+    assert edge_shd(circuit_at_threshold(scores, threshold), TRUE) == 1
+
+
+def test_gap_threshold_splits_two_clusters():
+    scores = {("a", str(i)): s for i, s in enumerate([1.0, 0.8, 0.9, 0.01, 0.02, 0.0])}
+    threshold = gap_threshold(scores)
+    assert 0.02 < threshold < 0.8
+
+
+def test_gap_threshold_keeps_uniform_scores_and_handles_zeros():
+    assert gap_threshold({("a", "b"): 1.0, ("b", "c"): 0.9}) < 0.9
+    assert gap_threshold({("a", "b"): 0.0}) == math.inf
+    with pytest.raises(ValueError, match="finite"):
+        gap_threshold({("a", "b"): float("nan")})
+
+
+def test_block_norm_scores_are_frobenius_norms():
+    blocks = {(0, 1): torch.tensor([[3.0, 0.0], [0.0, 4.0]]), (0, 2): torch.zeros(2, 1)}
+    scores = block_norm_scores(blocks, ["input", "m0", "output"])
+    assert scores == {("input", "m0"): pytest.approx(5.0), ("input", "output"): 0.0}
+    with pytest.raises(ValueError, match="out of range"):
+        block_norm_scores({(0, 5): torch.ones(1, 1)}, ["input", "m0"])

@@ -1,0 +1,181 @@
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import Lasso
+from tracr.rasp import rasp
+
+from circuitlasso.circuit import circuit_at_threshold, gap_threshold
+from circuitlasso.collect import NodeActivations, collect_nodes
+from circuitlasso.datasets.interpbench import (
+    METHODS,
+    TracrTask,
+    compile_case,
+    evaluate_case,
+    evaluate_task,
+    make_prompts,
+    to_hooked_transformer,
+)
+from circuitlasso.neuron_circuits import (
+    linear_edge_scores,
+    nonlinear_edge_scores,
+    standardize,
+    whiten,
+)
+
+NAMES = ["input", "a0.h0", "a0.h1", "m0", "output"]
+PARENTS = [[], [0], [0], [0, 1, 2], [0, 1, 2, 3]]
+TRUE_EDGES = {("input", "a0.h0"), ("a0.h0", "m0"), ("m0", "output")}
+
+
+def _chain(m=2000, seed=0):
+    """A linear chain input -> a0.h0 -> m0 -> output, with a0.h1 unrelated noise."""
+    g = torch.Generator().manual_seed(seed)
+    noise = lambda *shape: 0.3 * torch.randn(*shape, generator=g, dtype=torch.float64)
+    x = torch.randn(m, 3, generator=g, dtype=torch.float64)
+    h0 = x @ torch.randn(3, 3, generator=g, dtype=torch.float64) + noise(m, 3)
+    h1 = torch.randn(m, 3, generator=g, dtype=torch.float64)
+    mlp = h0 @ torch.randn(3, 4, generator=g, dtype=torch.float64) + noise(m, 4)
+    out = mlp @ torch.randn(4, 2, generator=g, dtype=torch.float64) + noise(m, 2)
+    blocks = [x, h0, h1, mlp, out]
+    return NodeActivations(torch.cat(blocks, 1), NAMES, [b.shape[1] for b in blocks], PARENTS)
+
+
+def test_linear_scores_match_a_reference_lasso_and_find_the_chain():
+    acts = _chain()
+    scores = linear_edge_scores(acts, lam_ratio=0.05, tol=1e-8)
+    x = standardize(acts.X).numpy()
+    offsets = np.cumsum([0, *acts.block_sizes])
+    for j, parents in enumerate(PARENTS):
+        if not parents:
+            continue
+        cols = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in parents])
+        y = x[:, offsets[j] : offsets[j + 1]]
+        alpha = 0.05 * np.abs(x[:, cols].T @ y).max() / len(x)
+        coef = Lasso(alpha=alpha, fit_intercept=False, tol=1e-10, max_iter=100_000)
+        coef = coef.fit(x[:, cols], y).coef_.reshape(y.shape[1], -1).T
+        start = 0
+        for i in parents:
+            size = acts.block_sizes[i]
+            expected = np.linalg.norm(coef[start : start + size])
+            assert scores[(NAMES[i], NAMES[j])] == pytest.approx(expected, rel=1e-3, abs=1e-6)
+            start += size
+    smallest_true = min(scores[e] for e in TRUE_EDGES)
+    assert smallest_true > 0.3
+    assert max(s for e, s in scores.items() if "a0.h1" in e) < 0.5 * smallest_true
+    assert circuit_at_threshold(scores, gap_threshold(scores)).edges == TRUE_EDGES
+
+
+def test_read_projection_ignores_what_the_child_cannot_read():
+    g = torch.Generator().manual_seed(1)
+    m = 500
+    a = torch.randn(m, 2, generator=g, dtype=torch.float64)
+    zeros = torch.zeros(m, 2, dtype=torch.float64)
+    # the child reads residual dims 0-1, where input writes a noisy copy of a; a0.h0 writes the
+    # exact a, but into dims 2-3, which the child does not read
+    noisy = a + 0.5 * torch.randn(m, 2, generator=g, dtype=torch.float64)
+    child = a @ torch.tensor([[1.0], [-2.0]], dtype=torch.float64)
+    blocks = [torch.cat([noisy, zeros], 1), torch.cat([zeros, a], 1), child]
+    acts = NodeActivations(
+        torch.cat(blocks, 1), ["input", "a0.h0", "m0"], [4, 4, 1], [[], [], [0, 1]]
+    )
+    reads = {"m0": torch.eye(4, dtype=torch.float64)[:, :2]}
+    plain = linear_edge_scores(acts)
+    projected = linear_edge_scores(acts, reads=reads)
+    assert plain[("a0.h0", "m0")] > 10 * plain[("input", "m0")]  # correlation prefers the copy
+    assert projected[("a0.h0", "m0")] == 0.0
+    assert projected[("input", "m0")] > 0.5
+
+
+def test_whiten_gives_uncorrelated_unit_columns_spanning_the_block():
+    g = torch.Generator().manual_seed(2)
+    base = torch.randn(300, 2, generator=g, dtype=torch.float64)
+    block = torch.cat([base, base @ torch.tensor([[1.0], [2.0]], dtype=torch.float64)], 1)
+    white = whiten(block)
+    assert white.shape == (300, 2)
+    torch.testing.assert_close(white.T @ white / 300, torch.eye(2, dtype=torch.float64))
+    centered = block - block.mean(0)
+    residual = centered - white @ torch.linalg.lstsq(white, centered).solution
+    assert residual.abs().max() < 1e-8
+
+
+def test_nonlinear_scores_find_a_nonlinear_parent_and_are_seeded():
+    g = torch.Generator().manual_seed(3)
+    m = 400
+    a = torch.randn(m, 2, generator=g, dtype=torch.float64)
+    d = torch.randn(m, 2, generator=g, dtype=torch.float64)
+    child = (a[:, :1] ** 2 - torch.relu(a[:, 1:])).reshape(m, 1)
+    acts = NodeActivations(
+        torch.cat([a, d, child], 1), ["input", "a0.h0", "m0"], [2, 2, 1], [[], [], [0, 1]]
+    )
+    scores = nonlinear_edge_scores(acts, lam=0.03, seed=0)
+    assert scores[("input", "m0")] > 0.5
+    assert scores[("a0.h0", "m0")] < 0.05 * scores[("input", "m0")]
+    assert nonlinear_edge_scores(acts, lam=0.03, seed=0) == scores
+
+
+def test_lam_ratio_must_be_a_fraction():
+    with pytest.raises(ValueError, match="lam_ratio"):
+        linear_edge_scores(_chain(), lam_ratio=1.5)
+
+
+def test_collect_averages_each_node_over_the_chosen_positions():
+    compiled = compile_case("3")
+    model = to_hooked_transformer(compiled, "distractors")
+    prompts = make_prompts(compiled, 8, seed=0)
+    acts = collect_nodes(model, prompts.clean, prompts.position_mask)
+    d = model.cfg.d_model
+    assert acts.names[:6] == ["input", "a0.h0", "a0.h1", "a0.h2", "a0.h3", "m0"]
+    assert acts.block_sizes == [d] * (len(acts.names) - 1) + [1]
+    logits, cache = model.run_with_cache(prompts.clean)
+    mean = lambda t: t[:, 1:].mean(1)
+    torch.testing.assert_close(acts.block("input"), mean(cache["blocks.0.hook_resid_pre"]))
+    torch.testing.assert_close(
+        acts.block("a1.h0"), mean(cache["blocks.1.attn.hook_result"][:, :, 0])
+    )
+    torch.testing.assert_close(acts.block("m0"), mean(cache["blocks.0.hook_mlp_out"]))
+    torch.testing.assert_close(acts.block("output"), mean(logits))
+    assert acts.parents[acts.names.index("a0.h1")] == [0]  # heads of a layer run in parallel
+    assert acts.parents[acts.names.index("m0")] == [0, 1, 2, 3, 4]
+
+
+def test_collect_rejects_bad_input():
+    compiled = compile_case("3")
+    model = to_hooked_transformer(compiled)
+    tokens = make_prompts(compiled, 4, seed=0).clean
+    with pytest.raises(ValueError, match="selects no position"):
+        collect_nodes(model, tokens, torch.zeros(tokens.shape[1], dtype=torch.bool))
+    with pytest.raises(ValueError, match="prompts, positions"):
+        collect_nodes(model, tokens[0])
+    model.set_use_attn_result(False)
+    with pytest.raises(ValueError, match="use_attn_result"):
+        collect_nodes(model, tokens)
+
+
+def test_evaluate_case_recovers_a_known_circuit_among_distractors():
+    table = evaluate_case(
+        "13", "distractors", methods=["circuitlasso-linear-read", "eap"], n_prompts=200, trials=1
+    )
+    assert list(table["method"]) == ["circuitlasso-linear-read", "eap"]
+    assert {"edge_shd", "node_shd", "best_edge_shd", "edge_auroc", "collect_s", "solve_s"} <= set(
+        table.columns
+    )
+    assert (table["edge_shd"] == 0).all()
+    assert (table["n_true_edges"] == 4).all()
+
+
+def test_evaluate_takes_a_custom_program_and_rejects_unknown_names():
+    def program():
+        previous = rasp.Aggregate(
+            rasp.Select(rasp.indices, rasp.indices, lambda k, q: q == k + 1), rasp.tokens
+        ).named("previous")
+        return rasp.SequenceMap(lambda t, p: t == p, rasp.tokens, previous).named("repeat")
+
+    task = TracrTask.from_program("repeat", program, ["a", "b"], 4)
+    table = evaluate_task(task, methods=["circuitlasso-linear-read"], n_prompts=100, trials=1)
+    assert table.loc[0, "case"] == "repeat"
+    assert table.loc[0, "n_true_edges"] == 4
+    with pytest.raises(ValueError, match="unknown methods"):
+        evaluate_case("13", methods=["acdc"], n_prompts=10, trials=1)
+    with pytest.raises(ValueError, match="unknown InterpBench case"):
+        evaluate_case("0")
+    assert set(METHODS) >= {"eap", "eap-ig", "circuitlasso-linear", "circuitlasso-nonlinear"}
