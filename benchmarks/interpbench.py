@@ -17,18 +17,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import warnings
 
 import pandas as pd
 import torch
-from tqdm import tqdm
 
-from circuitlasso.datasets.interpbench import CASE_IDS, METHODS, VARIANTS, evaluate_case
+from circuitlasso.datasets.interpbench import CASE_IDS, METHODS, VARIANTS
+from circuitlasso.datasets.interpbench.report import (
+    ACCURACY_COLUMNS,
+    TIME_COLUMNS,
+    case_means,
+    run_cases,
+    summary,
+)
 
 QUICK_CASES = ("3", "13", "19", "29")
-LASSO_METHODS = tuple(m for m in METHODS if m.startswith("circuitlasso"))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,26 +52,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def median_speedups(table: pd.DataFrame, baseline: str) -> dict[str, float]:
-    """Per CircuitLasso method: median over case x variant of baseline time / method time."""
-    wide = table.pivot_table(index=["case", "variant"], columns="method", values="total_s")
-    if baseline not in wide:
-        return {}
-    return {
-        method: float(statistics.median(wide[baseline] / wide[method]))
-        for method in LASSO_METHODS
-        if method in wide
-    }
-
-
-def nested_means(table: pd.DataFrame, column: str) -> dict[str, dict[str, float]]:
-    means = table.groupby(["method", "variant"])[column].mean()
-    out: dict[str, dict[str, float]] = {}
-    for (method, variant), value in means.items():
-        out.setdefault(method, {})[variant] = round(float(value), 4)
-    return out
-
-
 def write_csv(table: pd.DataFrame, path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
@@ -83,39 +67,21 @@ def main(argv: list[str] | None = None) -> dict:
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    tables = []
-    jobs = [(case, variant) for case in cases for variant in variants]
-    for case, variant in tqdm(jobs, desc="cases"):
-        tables.append(evaluate_case(case, variant, methods, args.n_prompts, args.seed, args.trials))
-    table = pd.concat(tables, ignore_index=True)
+    table = run_cases(cases, variants, methods, args.n_prompts, args.seed, args.trials)
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(
             f"M={args.n_prompts} prompts (x2 clean+corrupted), {args.trials} trials, "
             f"{args.threads} thread(s), seed {args.seed}"
         )
         print(table.round(4).to_string(index=False))
-        columns = [
-            "edge_shd",
-            "node_shd",
-            "best_edge_shd",
-            "edge_auroc",
-            "collect_s",
-            "solve_s",
-            "total_s",
-        ]
+        columns = [c for c in ACCURACY_COLUMNS if not c.startswith("n_")] + list(TIME_COLUMNS)
         print("\nmeans over cases")
-        print(table.groupby(["variant", "method"])[columns].mean().round(4).to_string())
-    summary = {
-        "mean_edge_shd": nested_means(table, "edge_shd"),
-        "mean_edge_auroc": nested_means(table, "edge_auroc"),
-        "median_speedup_vs_eap_ig": median_speedups(table, "eap-ig"),
-        "median_speedup_vs_eap": median_speedups(table, "eap"),
-        "cases": cases,
-    }
+        print(case_means(table, columns).round(4).to_string())
+    result = summary(table)
     if args.csv:
         write_csv(table, args.csv)
-    print(json.dumps(summary))
-    return summary
+    print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

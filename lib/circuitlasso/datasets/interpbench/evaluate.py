@@ -62,11 +62,23 @@ class MethodRun:
 
 @dataclass(frozen=True)
 class PromptPairs:
-    """Paired clean/corrupted token ids (M, P) and the positions that carry the task (P,)."""
+    """Paired clean/corrupted token ids (M, P) and the positions that carry the task.
+
+    ``position_mask`` ((P,) or (M, P) bool) selects the positions EAP's metric sums over;
+    ``average_mask`` (same shapes) the positions CircuitLasso averages activations over, by default
+    the same. Prompts of different lengths (right-padded) need (M, P) masks; a clean prompt and its
+    corrupted partner share one row of each mask.
+    """
 
     clean: torch.Tensor
     corrupted: torch.Tensor
     position_mask: torch.Tensor
+    average_mask: torch.Tensor | None = None
+
+    def lasso_mask(self) -> torch.Tensor:
+        """The averaging mask for the clean and corrupted prompts stacked: (P,) or (2M, P)."""
+        mask = self.position_mask if self.average_mask is None else self.average_mask
+        return torch.cat([mask, mask]) if mask.ndim == 2 else mask
 
 
 def make_prompts(compiled: CompiledTask, n_prompts: int, seed: int) -> PromptPairs:
@@ -104,7 +116,7 @@ def run_method(
         lasso = circuit_lasso(
             model,
             torch.cat([prompts.clean, prompts.corrupted]),
-            prompts.position_mask,
+            prompts.lasso_mask(),
             nonlinear=method.startswith("circuitlasso-nonlinear"),
             read_projection=method.endswith("-read"),
             seed=seed,

@@ -14,8 +14,13 @@ graph nodes of :mod:`circuitlasso.collect` (embeddings -> ``input``, any hook of
 layer ``l`` -> ``a{l}.h{h}``, MLP hooks -> ``m{l}``, the last residual -> ``output``); edges inside
 one node are dropped and the parent is whichever endpoint comes first in computation order, so both
 orientations load. ``source`` is either a local directory with the case folders (offline use) or
-``None`` to download with ``huggingface_hub``. Pickles execute code when loaded: only load
-``source`` directories you trust.
+``None`` to download with ``huggingface_hub`` (offline, a case missing from the hub cache is a
+:class:`circuitlasso.cache.ResourceUnavailableError` naming the download command and the folder).
+Pickles execute code when loaded: only load ``source`` directories you trust.
+
+Models trained on text (the ``"ioi"`` case) name a tokenizer in their config; GPT-2's is built by
+:func:`circuitlasso.models.gpt2_tokenizer` (so a local mirror works), any other is loaded by
+TransformerLens, and ``tokenizer=`` overrides both.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from pathlib import Path
 
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformers import PreTrainedTokenizerBase
 
+from circuitlasso.cache import hub_resource_error
 from circuitlasso.circuit import INPUT, OUTPUT, Circuit
 
 HUB_REPO = "cybershiptrooper/InterpBench"
@@ -125,10 +132,15 @@ def _fetch(case_id: str, source: str | Path | None, revision: str | None) -> dic
     if source is None:
         from huggingface_hub import hf_hub_download
 
-        return {
-            name: Path(hf_hub_download(HUB_REPO, name, subfolder=case_id, revision=revision))
-            for name in HUB_FILES
-        }
+        try:
+            return {
+                name: Path(hf_hub_download(HUB_REPO, name, subfolder=case_id, revision=revision))
+                for name in HUB_FILES
+            }
+        except OSError as err:  # offline and not in the hub cache, or no such case on the hub
+            raise hub_resource_error(
+                f"InterpBench case {case_id!r}", HUB_REPO, err, include=f"{case_id}/*"
+            ) from err
     folder = Path(source) / case_id
     if not folder.is_dir():
         raise ValueError(f"no InterpBench case folder {str(folder)!r}")
@@ -138,10 +150,25 @@ def _fetch(case_id: str, source: str | Path | None, revision: str | None) -> dic
     return {name: folder / name for name in HUB_FILES}
 
 
+def _tokenizer_for(cfg: HookedTransformerConfig) -> PreTrainedTokenizerBase | None:
+    """GPT-2's tokenizer through the project's verified cache when the config names it."""
+    if cfg.tokenizer_name == "gpt2":
+        from circuitlasso.models import gpt2_tokenizer
+
+        return gpt2_tokenizer()
+    return None
+
+
 def load_hub_case(
-    case_id: str | int, source: str | Path | None = None, revision: str | None = None
+    case_id: str | int,
+    source: str | Path | None = None,
+    revision: str | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> HubCase:
-    """Load case ``case_id`` from ``source`` (a local directory) or from the hub (``None``)."""
+    """Load case ``case_id`` from ``source`` (a local directory) or from the hub (``None``).
+
+    ``tokenizer`` is attached to the model (default: the one its config names, if any).
+    """
     case_id = str(case_id)
     files = _fetch(case_id, source, revision)
     with open(files["ll_model_cfg.pkl"], "rb") as f:
@@ -154,9 +181,15 @@ def load_hub_case(
         raise ValueError(f"ll_model_cfg.pkl of case {case_id!r} holds a {type(stored).__name__}")
     cfg.device = "cpu"
     cfg.use_attn_result = cfg.use_split_qkv_input = cfg.use_hook_mlp_in = True
+    if tokenizer is None:
+        tokenizer = _tokenizer_for(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = HookedTransformer(cfg)
+        try:
+            model = HookedTransformer(cfg, tokenizer=tokenizer)
+        except OSError as err:  # a named tokenizer that is neither cached nor downloadable
+            name = str(cfg.tokenizer_name)
+            raise hub_resource_error(f"tokenizer {name!r}", name, err) from err
     state = torch.load(files["ll_model.pth"], map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     model.eval()
