@@ -233,17 +233,21 @@ def load_or_compute_chunks(
     *,
     root: str | Path | None = None,
     desc: str | None = None,
+    progress: bool = True,
 ) -> list[T]:
     """Return ``[fn(0), ..., fn(n_chunks - 1)]``, each chunk cached on its own (resumable).
 
     Chunk ``i`` is saved atomically to ``results/<key>/chunk_<i>.pt`` as soon as it is computed,
     so a rerun after an interruption computes only the missing chunks. ``key`` must already
-    determine the chunking (include the chunk size in :func:`cache_key`).
+    determine the chunking (include the chunk size in :func:`cache_key`). ``progress=False``
+    hides the progress bar.
     """
     if n_chunks < 0:
         raise ValueError(f"n_chunks must be >= 0, got {n_chunks}")
     folder = _results_dir(root) / key
     return [
         _load_or_save(folder / f"chunk_{i:06d}.pt", functools.partial(fn, i))
-        for i in tqdm(range(n_chunks), desc=desc or f"chunks {key[:8]}", leave=False)
+        for i in tqdm(
+            range(n_chunks), desc=desc or f"chunks {key[:8]}", leave=False, disable=not progress
+        )
     ]

@@ -1,0 +1,314 @@
+"""Tests for the SAE-feature collector and the binary target in circuitlasso.collect.
+
+The reference runs each prompt on its own (no padding, no batching) with ``run_with_cache`` and
+averages ``sae.encode`` over the positions that do not hold the BOS / EOS / PAD id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from sae_lens import SAE, StandardSAE, StandardSAEConfig, TopKSAE, TopKSAEConfig
+from sae_lens.saes.sae import SAEMetadata
+from transformer_lens import HookedTransformer
+
+from circuitlasso import cache, models
+from circuitlasso.collect import binary_labels, collect_sae_features
+
+TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
+GPT2_BOS = 50256  # also GPT-2's EOS and PAD
+D_MODEL = 32
+N_LAYERS = 3
+PROMPTS = [
+    "Hello",
+    "The quick brown fox jumps over the lazy dog, twice.",
+    "He said that himself was hungry.",
+    "Why?",
+    "Colorless green ideas sleep furiously in the night",
+    "a b c d e f g h i j k l m n o p q",
+    "It rains.",
+]  # 7 prompts of 1 to 17 tokens: no batch size below 7 divides them evenly
+
+
+@pytest.fixture(scope="module")
+def model() -> HookedTransformer:
+    tokenizer = models.gpt2_tokenizer(TOKENIZER_DIR)
+    return models.tiny_gpt2(
+        n_layers=N_LAYERS, d_model=D_MODEL, n_heads=2, n_ctx=32, tokenizer=tokenizer
+    )
+
+
+def standard_sae(hook: str, d_sae: int = 96, seed: int = 0, d_in: int = D_MODEL) -> StandardSAE:
+    """A random ReLU SAE whose negative encoder bias leaves many features at zero."""
+    torch.manual_seed(seed)
+    sae = StandardSAE(
+        StandardSAEConfig(d_in=d_in, d_sae=d_sae, metadata=SAEMetadata(hook_name=hook))
+    )
+    with torch.no_grad():
+        sae.W_enc.normal_(0, 1 / d_in**0.5)
+        sae.b_enc.normal_(-0.5, 0.3)
+    return sae.eval()
+
+
+def topk_sae(hook: str, d_sae: int = 80, k: int = 6, seed: int = 1) -> TopKSAE:
+    torch.manual_seed(seed)
+    cfg = TopKSAEConfig(d_in=D_MODEL, d_sae=d_sae, k=k, metadata=SAEMetadata(hook_name=hook))
+    return TopKSAE(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def saes() -> dict[int, SAE]:
+    return {
+        0: standard_sae("blocks.0.hook_resid_post"),
+        1: topk_sae("blocks.1.hook_resid_post"),
+    }
+
+
+def reference(model: HookedTransformer, sae: SAE, prompts: list[str]) -> np.ndarray:
+    """Dense ``(M, D)``: each prompt alone, mean of the SAE features over its non-special tokens."""
+    hook = sae.cfg.metadata.hook_name
+    rows = []
+    with torch.no_grad():
+        for prompt in prompts:
+            tokens = model.to_tokens(prompt)
+            assert tokens.shape[0] == 1 and tokens[0, 0] == GPT2_BOS
+            _, activations = model.run_with_cache(tokens, names_filter=hook)
+            keep = tokens[0] != GPT2_BOS
+            rows.append(sae.encode(activations[hook][0, keep]).mean(0))
+    return torch.stack(rows).numpy()
+
+
+@pytest.fixture
+def forward_calls(model: HookedTransformer) -> Iterator[list[int]]:
+    """Calls of each block and of the embedding (index -1 ... last block; -1 at position 0)."""
+    counts = [0] * (N_LAYERS + 1)
+    modules = [model.embed, *model.blocks]
+    handles = []
+    for i, module in enumerate(modules):
+
+        def count(*args: object, i: int = i) -> None:
+            counts[i] += 1
+
+        handles.append(module.register_forward_hook(count))
+    yield counts
+    for handle in handles:
+        handle.remove()
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 4, 10])
+def test_matches_per_prompt_dense_reference(
+    model: HookedTransformer, saes: dict[int, SAE], batch_size: int, tmp_path: Path
+) -> None:
+    z = collect_sae_features(model, saes, PROMPTS, batch_size=batch_size, cache_dir=tmp_path)
+    assert set(z) == {0, 1}
+    for layer, sae in saes.items():
+        expected = reference(model, sae, PROMPTS)
+        assert 0 < (expected == 0).mean() < 1  # the features are neither all zero nor dense
+        got = z[layer]
+        assert isinstance(got, sp.csr_matrix)
+        assert got.dtype == np.float32
+        assert got.shape == (len(PROMPTS), sae.cfg.d_sae)
+        assert got.has_canonical_format
+        np.testing.assert_allclose(got.toarray(), expected, rtol=1e-5, atol=1e-6)
+        assert got.nnz == np.count_nonzero(expected)
+
+
+def test_special_tokens_inside_a_prompt_are_left_out(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path
+) -> None:
+    prompt = "Hello<|endoftext|> world"
+    tokens = model.to_tokens(prompt)[0]
+    assert tokens.tolist()[0] == GPT2_BOS and tokens.tolist()[2] == GPT2_BOS
+    z = collect_sae_features(model, saes, [prompt, "Why?"], cache_dir=tmp_path)
+    sae = saes[0]
+    hook = sae.cfg.metadata.hook_name
+    with torch.no_grad():
+        _, activations = model.run_with_cache(tokens[None], names_filter=hook)
+        expected = sae.encode(activations[hook][0, [1, 3]]).mean(0).numpy()
+        with_bos = sae.encode(activations[hook][0]).mean(0).numpy()
+    np.testing.assert_allclose(z[0][0].toarray()[0], expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(expected, with_bos, atol=1e-3)  # leaving BOS out matters here
+
+
+def test_runs_only_the_blocks_the_saes_read(
+    model: HookedTransformer, tmp_path: Path, forward_calls: list[int]
+) -> None:
+    saes = {1: standard_sae("blocks.1.hook_resid_mid")}
+    z = collect_sae_features(model, saes, PROMPTS, batch_size=4, cache_dir=tmp_path)
+    assert forward_calls == [2, 2, 2, 0]  # embedding, blocks 0 and 1 twice; block 2 never
+    np.testing.assert_allclose(
+        z[1].toarray(), reference(model, saes[1], PROMPTS), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_rerun_loads_from_cache_without_running_the_model(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path, forward_calls: list[int]
+) -> None:
+    first = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    assert forward_calls[0] == 3
+    again = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    assert forward_calls[0] == 3
+    for layer in saes:
+        assert (first[layer] != again[layer]).nnz == 0
+
+    # a different prompt list, SAE weights or caller key part is a different entry
+    collect_sae_features(model, saes, PROMPTS[:-1], batch_size=3, cache_dir=tmp_path)
+    assert forward_calls[0] == 3 + 2
+    other = {0: standard_sae("blocks.0.hook_resid_post", seed=5), 1: saes[1]}
+    changed = collect_sae_features(model, other, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    assert forward_calls[0] == 3 + 2 + 3
+    assert (changed[0] != first[0]).nnz > 0
+    collect_sae_features(
+        model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path, cache_key_parts={"split": "dev"}
+    )
+    assert forward_calls[0] == 3 + 2 + 3 + 3
+
+
+def test_default_cache_dir_is_the_cache_root(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "root"))
+    collect_sae_features(model, saes, PROMPTS, batch_size=4)
+    assert len(list((tmp_path / "root" / "results").glob("*/chunk_*.pt"))) == 2
+
+
+def test_interrupted_run_resumes_from_saved_batches(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path, forward_calls: list[int]
+) -> None:
+    def fail_on_second_batch(*args: object) -> None:
+        if forward_calls[0] == 2:
+            raise KeyboardInterrupt
+
+    handle = model.embed.register_forward_hook(fail_on_second_batch)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    finally:
+        handle.remove()
+    saved = list((tmp_path / "results").rglob("*"))
+    assert [p.name for p in saved if p.is_file()] == ["chunk_000000.pt"]  # no partial file
+
+    z = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    assert forward_calls[0] == 2 + 2  # two before the interruption, the two missing batches after
+    for layer, sae in saes.items():
+        np.testing.assert_allclose(
+            z[layer].toarray(), reference(model, sae, PROMPTS), rtol=1e-5, atol=1e-6
+        )
+
+
+def test_sae_hook_not_on_the_model_lists_close_matches(
+    model: HookedTransformer, tmp_path: Path
+) -> None:
+    saes = {0: standard_sae("blocks.0.hook_resid_pots")}
+    with pytest.raises(ValueError, match="blocks.0.hook_resid_pots") as err:
+        collect_sae_features(model, saes, PROMPTS, cache_dir=tmp_path)
+    assert "blocks.0.hook_resid_post" in str(err.value)
+
+
+def test_sae_width_mismatch(model: HookedTransformer, tmp_path: Path) -> None:
+    saes = {0: standard_sae("blocks.0.hook_resid_post", d_in=2 * D_MODEL)}
+    with pytest.raises(ValueError, match=f"d_in={2 * D_MODEL}.*d_model={D_MODEL}"):
+        collect_sae_features(model, saes, PROMPTS, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("prompts", "error", "match"),
+    [
+        ([], ValueError, "prompts is empty"),
+        ("a single string", TypeError, "not a single string"),
+        (["fine", 3], TypeError, "prompt 1 is a int"),
+        (["fine", "also fine", ""], ValueError, "prompt 2 has no token"),
+        (["<|endoftext|>", "fine"], ValueError, "prompt 0 has no token"),
+        (["fine", "word " * 40], ValueError, "prompt 1 is longer than the model's context of 32"),
+    ],
+)
+def test_bad_prompts(
+    model: HookedTransformer,
+    saes: dict[int, SAE],
+    tmp_path: Path,
+    prompts: object,
+    error: type[Exception],
+    match: str,
+) -> None:
+    with pytest.raises(error, match=match):
+        collect_sae_features(model, saes, prompts, cache_dir=tmp_path)  # type: ignore[arg-type]
+
+
+def test_no_saes_or_bad_batch_size(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="saes is empty"):
+        collect_sae_features(model, {}, PROMPTS, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        collect_sae_features(model, saes, PROMPTS, batch_size=0, cache_dir=tmp_path)
+
+
+def test_nan_activations_name_the_hook_and_prompt(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path
+) -> None:
+    def poison(module: object, inputs: object, output: torch.Tensor) -> torch.Tensor:
+        output = output.clone()
+        output[1, 2] = float("nan")  # second prompt of each batch, third position
+        return output
+
+    handle = model.blocks[0].hook_resid_post.register_forward_hook(poison)
+    try:
+        with pytest.raises(ValueError, match=r"hook 'blocks.0.hook_resid_post' for prompts \[1\]"):
+            collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    finally:
+        handle.remove()
+    assert not list((tmp_path / "results").rglob("*.pt"))
+
+
+def test_nan_features_name_the_sae(model: HookedTransformer, tmp_path: Path) -> None:
+    sae = standard_sae("blocks.0.hook_resid_post")
+    with torch.no_grad():
+        sae.W_enc[:, 7] = float("nan")
+    with pytest.raises(ValueError, match=r"features of the SAE on 'blocks.0.hook_resid_post'"):
+        collect_sae_features(model, {0: sae}, PROMPTS, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("labels", "positive", "expected"),
+    [
+        ([0, 1, 1, 0], None, [0, 1, 1, 0]),
+        (np.array([True, False, True]), None, [1, 0, 1]),
+        (torch.tensor([-1, 1, 1]), None, [0, 1, 1]),
+        (np.array([2.0, 5.0, 2.0]), None, [0, 1, 0]),
+        (["bad", "good", "good"], None, [0, 1, 1]),
+        (["acceptable", "unacceptable"], "acceptable", [1, 0]),
+        ([0, 1, 1, 0], 0, [1, 0, 0, 1]),
+    ],
+)
+def test_binary_labels(labels: object, positive: object, expected: list[int]) -> None:
+    y = binary_labels(labels, positive=positive)
+    assert y.dtype == np.float64
+    np.testing.assert_array_equal(y, expected)
+
+
+@pytest.mark.parametrize(
+    ("labels", "match"),
+    [
+        ([0, 1, 2], "exactly two values, got 3: \\[0, 1, 2\\]"),
+        ([1, 1, 1], "exactly two values, got 1"),
+        ([0.0, 1.0, float("nan")], "NaN at positions \\[2\\]"),
+        (["a", None, "b"], "None or NaN at positions \\[1\\]"),
+        (["yes", "no", "maybe"], "exactly two values, got 3"),
+        ([0, "a"], "mix types"),
+        (np.zeros((2, 2)), "1-D"),
+        ([], "empty"),
+    ],
+)
+def test_binary_labels_rejects_non_binary(labels: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        binary_labels(labels)
+
+
+def test_binary_labels_positive_must_be_a_label() -> None:
+    with pytest.raises(ValueError, match="positive=2 is not one of"):
+        binary_labels([0, 1], positive=2)
