@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import constants as hf_constants
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso import cache
@@ -34,18 +33,6 @@ IOI_CIRCUIT = Circuit([("input", "a0.h1"), ("a0.h1", "a1.h0"), ("a1.h0", "output
 @pytest.fixture(scope="module")
 def tokenizer():
     return gpt2_tokenizer(TOKENIZER_DIR)
-
-
-@pytest.fixture
-def offline(tmp_path, monkeypatch):
-    """An empty Hugging Face hub cache in offline mode; our cache mirrors GPT-2's tokenizer."""
-    hub = tmp_path / "hub"
-    hub.mkdir()
-    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(hub))
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
-    monkeypatch.setenv(cache.MIRROR_ENV, str(TOKENIZER_DIR))
-    return hub
 
 
 def write_ioi_case(root: Path) -> HookedTransformer:
@@ -159,7 +146,7 @@ def test_restricted_unembedding_keeps_the_chosen_logits(tokenizer):
     assert name_token_ids(tokenizer, ["Mary"]) == mary and len(mary) == 1
 
 
-def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(tmp_path, offline, tokenizer):
+def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(tmp_path, offline_hub, tokenizer):
     original = write_ioi_case(tmp_path / "interpbench")
     case = load_hub_case("ioi", source=tmp_path / "interpbench")  # tokenizer from our mirror
     assert case.ground_truth == IOI_CIRCUIT
@@ -178,9 +165,9 @@ def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(tmp_path, offlin
     assert (table["edge_shd"] >= 0).all()
 
 
-def test_ioi_case_offline_and_not_cached_says_what_and_where(offline):
+def test_ioi_case_offline_and_not_cached_says_what_and_where(offline_hub):
     with pytest.raises(cache.ResourceUnavailableError) as info:
         evaluate_ioi(None, n_prompts=4, trials=1)
     message = str(info.value)
     assert "hf download cybershiptrooper/InterpBench --include 'ioi/*'" in message
-    assert str(offline / "models--cybershiptrooper--InterpBench") in message
+    assert str(offline_hub / "models--cybershiptrooper--InterpBench") in message

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import constants as hf_constants
 from sae_lens import SAE, StandardSAE, StandardSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
@@ -35,18 +34,6 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def tiny(tokenizer) -> HookedTransformer:
     return models.tiny_gpt2(tokenizer=tokenizer)
-
-
-@pytest.fixture
-def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty Hugging Face hub cache in offline mode; our own cache mirrors the tokenizer."""
-    hub = tmp_path / "hub"
-    hub.mkdir()
-    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(hub))
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
-    monkeypatch.setenv(cache.MIRROR_ENV, str(TOKENIZER_DIR))
-    return hub
 
 
 def hub_snapshot(hub: Path, repo: str) -> Path:
