@@ -19,8 +19,14 @@ BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
 
 
 def _toc_files(root: Path) -> list[str]:
+    """Every file of ``_toc.yml``: the root, the chapters and their nested sections."""
     toc = yaml.safe_load((root / "_toc.yml").read_text())
-    return [toc["root"]] + [entry["file"] for entry in toc["chapters"]]
+    files, pending = [toc["root"]], list(toc["chapters"])
+    while pending:
+        entry = pending.pop(0)
+        files.append(entry["file"])
+        pending[:0] = entry.get("sections", [])
+    return files
 
 
 @pytest.fixture(scope="module")

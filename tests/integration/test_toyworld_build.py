@@ -1,0 +1,169 @@
+"""The toy world end to end: a quick rebuild (loads, fits the model, is deterministic) and the
+committed artifacts in data/toy (manifest hashes, report targets)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sae_lens import StandardSAE, StandardSAEConfig
+
+from circuitlasso.toyworld import (
+    build_toy_world,
+    default_toy_dir,
+    load_toy_model,
+    load_toy_saes,
+    toy_report,
+)
+from circuitlasso.toyworld.artifacts import MANIFEST_FILE, REPORT_FILE, manifest_mismatches
+from circuitlasso.toyworld.report import (
+    ENCODE_BATCH,
+    category_features,
+    encode,
+    mean_pool,
+    sae_quality,
+    top_activating_tokens,
+)
+
+HEADLINE = (
+    "lm_next_token_accuracy",
+    "sae_explained_variance_min",
+    "sae_dead_fraction_max",
+    "probe_test_accuracy",
+)
+
+
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_toy_world(tmp_path_factory.mktemp("toy") / "quick", seed=0, quick=True)
+
+
+@pytest.mark.slow
+def test_quick_build_writes_a_consistent_manifest(quick_build: Path, tmp_path: Path) -> None:
+    manifest = json.loads((quick_build / MANIFEST_FILE).read_text())
+    assert manifest["command"] == f"circuitlasso toy build --out {quick_build} --seed 0 --quick"
+    assert manifest["seed"] == 0 and manifest["quick"] is True
+    assert {"torch", "sae-lens", "transformer-lens"} <= set(manifest["versions"])
+    assert "tokenizer.json" in manifest["files"] and REPORT_FILE in manifest["files"]
+    assert manifest_mismatches(quick_build) == []
+    tampered = Path(shutil.copytree(quick_build, tmp_path / "tampered"))
+    (tampered / "tokenizer.json").write_text("{}")
+    (tampered / "extra.txt").write_text("x")
+    (tampered / REPORT_FILE).unlink()
+    assert manifest_mismatches(tampered) == [
+        f"missing: {REPORT_FILE}",
+        "unlisted: extra.txt",
+        "sha256 differs: tokenizer.json",
+    ]
+
+
+@pytest.mark.slow
+def test_quick_build_loads_and_its_saes_encode_the_model_stream(quick_build: Path) -> None:
+    model = load_toy_model(quick_build)
+    saes = load_toy_saes(path=quick_build)
+    assert sorted(saes) == list(range(model.cfg.n_layers))
+    tokens = model.to_tokens(["He said that himself was hungry .", "Is Mary tired ?"])
+    assert tokens.shape == (2, 8)
+    assert (tokens[:, 0] == model.tokenizer.bos_token_id).all()
+    assert model.to_str_tokens("He said that himself was hungry.")[1:5] == [
+        "he",
+        "said",
+        "that",
+        "himself",
+    ]
+    _, cache = model.run_with_cache(tokens)
+    for layer, sae in saes.items():
+        resid = cache[f"blocks.{layer}.hook_resid_post"]
+        assert sae.cfg.metadata.hook_name == f"blocks.{layer}.hook_resid_post"
+        features = sae.encode(resid)
+        assert features.shape == (2, 8, 16 * model.cfg.d_model)
+        assert sae.decode(features).shape == resid.shape
+        assert (features >= 0).all()
+    assert sorted(load_toy_saes([1], path=quick_build)) == [1]
+    with pytest.raises(ValueError, match=r"layers \[7\] out of range"):
+        load_toy_saes([7], path=quick_build)
+
+
+@pytest.mark.slow
+def test_quick_build_is_deterministic(quick_build: Path, tmp_path: Path) -> None:
+    again = build_toy_world(tmp_path / "again", seed=0, quick=True)
+    first = json.loads((quick_build / MANIFEST_FILE).read_text())["files"]
+    assert json.loads((again / MANIFEST_FILE).read_text())["files"] == first
+
+
+def test_missing_toy_world_says_how_to_build_it(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="circuitlasso toy build"):
+        load_toy_model(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="circuitlasso toy build"):
+        load_toy_saes(path=tmp_path / "nothing")
+
+
+@pytest.mark.slow
+def test_committed_toy_world_matches_its_manifest_and_meets_the_targets() -> None:
+    root = default_toy_dir()
+    manifest = json.loads((root / MANIFEST_FILE).read_text())
+    assert manifest["command"] == "circuitlasso toy build --seed 0"
+    assert manifest_mismatches(root) == []
+    report = toy_report(root)
+    stored = json.loads((root / REPORT_FILE).read_text())
+    for key in HEADLINE:
+        assert report[key] == pytest.approx(stored[key], abs=1e-6), key
+    assert report["sae_explained_variance_min"] >= 0.85
+    assert report["sae_dead_fraction_max"] <= 0.10
+    assert report["probe_test_accuracy"] >= report["probe"]["chance_accuracy"] + 0.15
+    precise = {row["category"] for row in report["category_features"] if row["precision"] >= 0.9}
+    assert {"reflexives", "final_punctuation"} <= precise
+
+
+def test_report_metrics_match_direct_computation() -> None:
+    torch.manual_seed(0)
+    sae = StandardSAE(StandardSAEConfig(d_in=6, d_sae=10))
+    with torch.no_grad():
+        for parameter in sae.parameters():
+            parameter.normal_()
+        sae.b_enc -= 2.0  # some features never fire
+    x = torch.randn(ENCODE_BATCH + 904, 6)  # more than one encoding batch
+    with torch.no_grad():
+        features = sae.encode(x)
+        residual = ((sae.decode(features) - x) ** 2).sum()
+    quality = sae_quality(sae, x)
+    assert quality["l0"] == pytest.approx(float((features > 0).sum(1).float().mean()))
+    spread = ((x - x.mean(0)) ** 2).sum()
+    assert quality["explained_variance"] == pytest.approx(float(1 - residual / spread), rel=1e-5)
+    assert quality["dead_fraction"] == pytest.approx(
+        float((features.max(0).values <= 0).float().mean())
+    )
+    assert torch.equal(encode(sae, x), features)
+
+    owners = torch.tensor([0, 0, 2, 2, 2])
+    pooled = mean_pool(torch.arange(10.0).reshape(5, 2), owners, 3)
+    assert torch.equal(pooled, torch.tensor([[1.0, 2.0], [0.0, 0.0], [6.0, 7.0]]))
+
+
+def test_top_activating_tokens_and_category_features() -> None:
+    features = torch.tensor(
+        [[3.0, 0.0], [0.0, 1.0], [5.0, 2.0], [1.0, 0.0], [0.0, 4.0], [2.0, 0.0]]
+    )
+    top = top_activating_tokens(features, k=2)
+    assert {f: rows.tolist() for f, rows in top.items()} == {0: [2, 0], 1: [4, 2]}
+    assert {f: rows.tolist() for f, rows in top_activating_tokens(features, k=4).items()} == {
+        0: [2, 0, 5, 3]
+    }
+    words = np.array(["himself", "the", "herself", "cat", "dog", "itself"])
+    examples = category_features(
+        top_activating_tokens(features, k=3),
+        words,
+        {"reflexives": {"himself", "herself", "itself"}},
+    )
+    assert examples == [
+        {
+            "category": "reflexives",
+            "feature": 0,
+            "precision": pytest.approx(1.0),
+            "top_tokens": [["herself", 1], ["himself", 1], ["itself", 1]],
+        }
+    ]
