@@ -1,17 +1,25 @@
 """Solver benchmark: CircuitLasso's FISTA against scikit-learn, celer and skglm.
 
-Two problems, every method measured in the same run, same data, same penalty, same tolerance:
+Three problems, every method measured in the same run, same data, same penalty, same tolerance:
   sae      M=8551 observations, p=d=32768 SAE-like features (about 64 active per row, power-law
            frequencies); targets are a ReLU of X times a planted sparse A plus noise, biased per
            output so that rows keep tens of active outputs; lam_j = 0.05 lam_max_j on unit-norm
            columns. Ours solves all outputs; the peers a random subset (per-output time ratio).
   neurons  13 blocks of 64 dense neurons from a planted block-upper-triangular linear SEM,
            M=2000; ours solves all child blocks at once, scikit-learn every output separately.
+  logistic M=8000 token-averaged SAE-like features, p=2048 (about 180 active per row, nonnegative,
+           correlated through a sparse dictionary), binary y with about 70 % ones; l1-logistic
+           regression at two penalties, `logistic_lasso` against scikit-learn's liblinear and
+           saga on the same problem: unit-norm centered columns (X / norms, the centering going
+           to the intercept) and C = 1 / (lam M). liblinear penalizes its intercept column, so it
+           gets intercept_scaling=1e4 (a penalty of lam |b| / 1e4 on the intercept).
 The tolerance is the duality gap rule of scikit-learn and celer: gap_j <= tol * ||y_j||^2 / M.
 skglm stops on KKT violation instead, so it gets tol * lam_j as that bound. Every method's
-achieved gap is then recomputed here with one function, from its coefficients.
+achieved gap is then recomputed here with one function, from its coefficients. For the logistic
+problem every method's objective is recomputed here and compared with the best one found.
 
-Run: python benchmarks/solver.py [--sae-outputs N] [--peer-outputs N] [--threads 2]
+Run: python benchmarks/solver.py [--problems neurons sae logistic] [--sae-outputs N]
+     [--peer-outputs N] [--threads 2]
 Prints the tables, then one JSON line with the headline figures.
 """
 
@@ -23,6 +31,7 @@ import resource
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,7 +39,13 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from circuitlasso.solve import block_lasso, lam_max, lasso, upper_triangular_parents
+from circuitlasso.solve import (
+    block_lasso,
+    lam_max,
+    lasso,
+    logistic_lasso,
+    upper_triangular_parents,
+)
 
 
 def make_sae_problem(
@@ -145,7 +160,7 @@ def time_peer(
     """Fit `make(lam)` per output; return seconds per output, coefficients (p, n), relative gaps."""
     coefs, seconds = [], 0.0
     for j in tqdm(columns, desc=name, leave=False):
-        y = Y[:, [j]].toarray().ravel() if sp.issparse(Y) else Y[:, j]
+        y = Y[:, j] if isinstance(Y, np.ndarray) else Y[:, [j]].toarray().ravel()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
@@ -222,7 +237,7 @@ def run_sae(args: argparse.Namespace) -> dict[str, float]:
             for j in subset
         ]
     )
-    best = min(per_output, key=per_output.get) if per_output else None
+    best = min(per_output, key=lambda name: per_output[name]) if per_output else None
     table = pd.DataFrame(rows).set_index("method")
     table["speedup (ours per output)"] = table["ms per output"] / (1000 * seconds / d)
     print(f"\n== sae: M={M}, p={p}, d={d} (peers on {subset.size} outputs), tol={args.tol} ==")
@@ -321,6 +336,155 @@ def run_neurons(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def make_logistic_problem(
+    M: int = 8000,
+    p: int = 2048,
+    n_codes: int = 512,
+    tokens: int = 24,
+    codes_per_token: float = 5.0,
+    features_per_code: int = 5,
+    n_relevant: int = 100,
+    signal: float = 5.0,
+    positive_share: float = 0.7,
+    seed: int = 0,
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """X (M, p) float32 CSR of token-averaged SAE-like features, and binary y (M,) float64.
+
+    A sparse nonnegative dictionary sends each of `n_codes` codes to `features_per_code`
+    features (drawn with frequencies proportional to rank^-1), weights Exp(1). Row i averages
+    tokens/2 + Poisson(tokens/2) tokens; a token turns on Poisson(codes_per_token) codes (again
+    rank^-1 frequencies) with strengths Exp(1), and every feature activation of a token gets an
+    independent Exp(1) factor. Frequent features are thus present in almost every row, others
+    correlate through shared codes. y_i ~ Bernoulli(sigmoid(eta_i + c)), eta a +-U(0.5, 1.5)
+    combination of `n_relevant` standardized features scaled to standard deviation `signal`,
+    c chosen for `positive_share` ones on average.
+    """
+    rng = np.random.default_rng(seed)
+
+    def power_law(n: int) -> np.ndarray:
+        weights = 1.0 / np.arange(1, n + 1)
+        return rng.permutation(weights / weights.sum())
+
+    code_rows = np.repeat(np.arange(n_codes), features_per_code)
+    feature = rng.choice(p, code_rows.size, p=power_law(p))
+    dictionary = sp.csr_matrix(
+        (rng.exponential(1.0, code_rows.size), (code_rows, feature)), shape=(n_codes, p)
+    )
+    n_tokens = tokens // 2 + rng.poisson(tokens // 2, M)
+    N = int(n_tokens.sum())
+    token = np.repeat(np.arange(N), rng.poisson(codes_per_token, N))
+    code = rng.choice(n_codes, token.size, p=power_law(n_codes))
+    codes = sp.csr_matrix((rng.exponential(1.0, token.size), (token, code)), shape=(N, n_codes))
+    activations = (codes @ dictionary).tocsr()
+    activations.data *= rng.exponential(1.0, activations.data.size)
+    average = sp.csr_matrix(
+        (1.0 / np.repeat(n_tokens, n_tokens), (np.repeat(np.arange(M), n_tokens), np.arange(N))),
+        shape=(M, N),
+    )
+    X = (average @ activations).tocsr()
+    X.sum_duplicates()
+    mean = np.asarray(X.mean(0)).ravel()
+    sd = np.sqrt(np.maximum(np.asarray(X.multiply(X).mean(0)).ravel() - mean**2, 0.0))
+    relevant = rng.choice(np.flatnonzero(sd > 0), n_relevant, replace=False)
+    a = np.zeros(p)
+    a[relevant] = rng.uniform(0.5, 1.5, n_relevant) * rng.choice([-1.0, 1.0], n_relevant)
+    a[relevant] /= sd[relevant]
+    eta = X @ a - mean @ a
+    eta *= signal / eta.std()
+    lo, hi = -30.0, 30.0
+    for _ in range(100):  # bisection for the offset giving `positive_share` ones on average
+        c = (lo + hi) / 2
+        lo, hi = (c, hi) if np.mean(1 / (1 + np.exp(-(eta + c)))) < positive_share else (lo, c)
+    y = (rng.random(M) < 1 / (1 + np.exp(-(eta + c)))).astype(np.float64)
+    return X.astype(np.float32), y
+
+
+def logistic_objective(
+    X_unit: sp.csr_matrix, y: np.ndarray, coef: np.ndarray, intercept: float, lam: float
+) -> float:
+    """Mean cross-entropy + lam ||coef||_1 of a model on the unit-norm columns X_unit."""
+    eta = X_unit @ coef + intercept
+    return float(np.mean(np.logaddexp(0, eta) - y * eta) + lam * np.abs(coef).sum())
+
+
+def run_logistic(args: argparse.Namespace) -> dict[str, float]:
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = make_logistic_problem(seed=args.seed)
+    M, p = X.shape
+    X64 = X.astype(np.float64)
+    mean = np.asarray(X64.mean(0)).ravel()
+    norms = np.sqrt(np.maximum(np.asarray(X64.multiply(X64).sum(0)).ravel() - M * mean**2, 0.0))
+    scale = np.where(norms > 0, 1 / np.maximum(norms, 1e-300), 0.0)
+    X_unit = (X64 @ sp.diags(scale)).tocsr()
+    tol = args.logistic_tol
+    rows, figures = [], {}
+    for lam in args.logistic_lams:
+        start = time.perf_counter()
+        ours = logistic_lasso(X, y, lam, tol=tol, dtype=torch.float64)
+        ours_seconds = time.perf_counter() - start
+        coef = ours.coef.double().numpy() * norms  # coefficients of the unit-norm problem
+        null = -(y.mean() * np.log(y.mean()) + (1 - y.mean()) * np.log(1 - y.mean()))
+        found = [
+            {
+                "method": "CircuitLasso logistic_lasso",
+                "seconds": ours_seconds,
+                "objective": logistic_objective(X_unit, y, coef, ours.intercept.item(), lam),
+                "nonzeros": int((coef != 0).sum()),
+                "certified rel. gap": ours.gap.item() / null,
+            }
+        ]
+        peers: dict[str, dict[str, Any]] = {
+            "scikit-learn liblinear": {"solver": "liblinear", "intercept_scaling": 1e4},
+            "scikit-learn saga": {"solver": "saga"},
+        }
+        for name, options in peers.items():
+            if name.split()[-1] not in args.logistic_peers:
+                continue
+            model = LogisticRegression(
+                l1_ratio=1.0, C=1 / (lam * M), tol=tol, max_iter=args.logistic_max_iter, **options
+            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                start = time.perf_counter()
+                model.fit(X_unit, y)
+                seconds = time.perf_counter() - start
+            intercept = float(np.atleast_1d(model.intercept_)[0])
+            found.append(
+                {
+                    "method": name,
+                    "seconds": seconds,
+                    "objective": logistic_objective(X_unit, y, model.coef_[0], intercept, lam),
+                    "nonzeros": int((model.coef_ != 0).sum()),
+                    "certified rel. gap": float("nan"),
+                }
+            )
+        best = min(row["objective"] for row in found)
+        for row in found:
+            row["lam"] = lam
+            row["rel. excess objective"] = (row["objective"] - best) / best
+            row["time / ours"] = row["seconds"] / ours_seconds
+        rows += found
+        by_name = {row["method"]: row for row in found}
+        if "scikit-learn liblinear" in by_name:
+            figures[f"logistic_speedup_vs_liblinear_lam{lam:g}"] = by_name[
+                "scikit-learn liblinear"
+            ]["time / ours"]
+        figures[f"logistic_seconds_lam{lam:g}"] = ours_seconds
+    table = pd.DataFrame(rows).set_index(["lam", "method"])
+    columns = ["seconds", "time / ours", "objective", "rel. excess objective", "nonzeros"]
+    table = table[[*columns, "certified rel. gap"]]
+    print(
+        f"\n== logistic: M={M}, p={p}, {X.nnz / M:.0f} nonzeros per row, "
+        f"{y.mean():.0%} ones, tol={tol} =="
+    )
+    print(table.to_string(float_format=lambda v: f"{v:.4g}"))
+    figures["logistic_max_rel_excess_objective"] = float(
+        table.loc[(slice(None), "CircuitLasso logistic_lasso"), "rel. excess objective"].max()
+    )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -336,20 +500,37 @@ def main() -> None:
         "--threads", type=int, default=2, help="torch threads (the target is 2 cores)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--problems", nargs="*", default=["neurons", "sae", "logistic"], help="problems to run"
+    )
+    parser.add_argument("--logistic-lams", type=float, nargs="*", default=[5e-4, 1e-4])
+    parser.add_argument("--logistic-tol", type=float, default=1e-4)
+    parser.add_argument("--logistic-peers", nargs="*", default=["liblinear", "saga"])
+    parser.add_argument("--logistic-max-iter", type=int, default=1000)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    figures = run_neurons(args)
-    figures.update(run_sae(args))
-    headline = {
-        "sae_speedup_vs_best_peer": figures["sae_speedup_vs_best_peer"],
-        "sae_layer_pair_seconds": figures["sae_layer_pair_seconds"],
-        "sae_peak_gib": figures["sae_peak_gib"],
-        "sae_support_f1": figures["sae_support_f1"],
-        "neurons_speedup_vs_sklearn": figures["neurons_speedup_vs_sklearn"],
-        "max_rel_objective_diff_vs_sklearn": max(
-            figures["sae_rel_objective_diff"], figures["neurons_rel_objective_diff"]
-        ),
+    figures: dict[str, float] = {}
+    if "neurons" in args.problems:
+        figures.update(run_neurons(args))
+    if "sae" in args.problems:
+        figures.update(run_sae(args))
+    if "logistic" in args.problems:
+        figures.update(run_logistic(args))
+    headline: dict[str, float] = {
+        key: figures[key]
+        for key in (
+            "sae_speedup_vs_best_peer",
+            "sae_layer_pair_seconds",
+            "sae_peak_gib",
+            "sae_support_f1",
+            "neurons_speedup_vs_sklearn",
+        )
+        if key in figures
     }
+    diff_keys = ("sae_rel_objective_diff", "neurons_rel_objective_diff")
+    if diffs := [figures[k] for k in diff_keys if k in figures]:
+        headline["max_rel_objective_diff_vs_sklearn"] = max(diffs)
+    headline.update({k: v for k, v in figures.items() if k.startswith("logistic_")})
     print(json.dumps({k: float(f"{float(v):.6g}") for k, v in headline.items()}))
 
 

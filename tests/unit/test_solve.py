@@ -10,8 +10,10 @@ import scipy.sparse as sp
 import torch
 from sklearn.linear_model import Lasso, LogisticRegression
 
+import circuitlasso.solve.logistic as logistic_module
 import circuitlasso.solve.prepare as prepare_module
 from circuitlasso.solve import (
+    ConvergenceWarning,
     block_lasso,
     lam_max,
     lasso,
@@ -224,6 +226,75 @@ def test_logistic_sparse_input_and_all_zero_at_large_lam():
     sparse = logistic_lasso(X, y, 0.01, dtype=F64, tol=1e-9)
     np.testing.assert_allclose(sparse.coef.numpy(), dense.coef.numpy(), atol=1e-6)
     assert (logistic_lasso(X, y, 10.0).coef == 0).all()
+
+
+def _sae_like(M: int = 400, p: int = 200, seed: int = 13):
+    """Sparse nonnegative X (M, p) with correlated columns (a sparse dictionary of 40 codes plus
+    sparse noise; the last column all zero) and binary y driven by 4 of its features."""
+    rng = np.random.default_rng(seed)
+
+    def exponential(n):
+        return rng.exponential(1.0, n)
+
+    codes = sp.random(M, 40, density=0.1, random_state=rng, data_rvs=exponential)
+    dictionary = sp.random(40, p - 1, density=0.05, random_state=rng, data_rvs=exponential)
+    noise = sp.random(M, p - 1, density=0.03, random_state=rng, data_rvs=exponential)
+    X = sp.hstack([codes @ dictionary + noise, sp.csr_matrix((M, 1))]).tocsr()
+    eta = np.asarray(X[:, :4] @ np.array([2.0, -2.0, 1.5, 1.0])).ravel()
+    y = (rng.random(M) < 1 / (1 + np.exp(-(eta - eta.mean() + 0.8)))).astype(float)
+    return X, y
+
+
+def _logistic_objective(X, y, coef, intercept, lam, omega):
+    eta = np.asarray(X @ coef).ravel() + intercept
+    return np.mean(np.logaddexp(0, eta) - y * eta) + lam * np.sum(omega * np.abs(coef))
+
+
+def test_logistic_working_sets_match_sklearn_and_certify_the_full_problem(monkeypatch):
+    # normalize=True is the l1 problem on unit-norm centered columns: scikit-learn (saga, which
+    # leaves the intercept unpenalized) solves it on X / norms, the centering going to the intercept
+    X, y = _sae_like()
+    M, p = X.shape
+    dense = X.toarray()
+    norms = np.linalg.norm(dense - dense.mean(0), axis=0)
+    unit = sp.csr_matrix(dense / np.where(norms > 0, norms, 1.0))
+    lam = 0.2 * np.abs(unit.T @ (y - y.mean())).max() / M
+    ref = LogisticRegression(
+        l1_ratio=1.0, C=1 / (lam * M), solver="saga", tol=1e-12, max_iter=1_000_000
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.fit(unit, y)
+    ref_obj = _logistic_objective(unit, y, ref.coef_[0], ref.intercept_[0], lam, 1.0)
+    null = -(y.mean() * np.log(y.mean()) + (1 - y.mean()) * np.log(1 - y.mean()))
+
+    res = logistic_lasso(X, y, lam, tol=1e-10, dtype=F64)
+    coef = res.coef.numpy()
+    assert res.converged and res.gap.item() <= 1e-10 * null
+    assert 0 < (coef != 0).sum() < p // 10 and coef[-1] == 0.0
+    ours = _logistic_objective(X, y, coef, res.intercept.item(), lam, norms)
+    assert abs(ours - res.objective.item()) <= 1e-12
+    assert ours <= ref_obj + 1e-12
+    np.testing.assert_allclose(coef * norms, ref.coef_[0], atol=1e-6)
+    assert abs(res.intercept.item() - ref.intercept_[0]) <= 1e-6
+
+    # a loose or cut-short solve: its gap still bounds its distance to the optimum
+    loose = logistic_lasso(X, y, lam, tol=1e-3, dtype=F64)
+    with pytest.warns(ConvergenceWarning):
+        cut = logistic_lasso(X, y, lam, tol=1e-10, max_iter=1, dtype=F64)
+    assert loose.converged and not cut.converged and cut.gap.item() > 1e-10 * null
+    for r in (loose, cut):
+        value = _logistic_objective(X, y, r.coef.numpy(), r.intercept.item(), lam, norms)
+        assert abs(value - r.objective.item()) <= 1e-12
+        assert ref_obj - 1e-12 <= value <= ref_obj + r.gap.item() + 1e-12
+
+    # restricted designs kept sparse, and the float32 default, give the same solution
+    monkeypatch.setattr(logistic_module, "DENSE_MAX_ENTRIES", 0)
+    kept_sparse = logistic_lasso(X, y, lam, tol=1e-10, dtype=F64)
+    np.testing.assert_allclose(kept_sparse.coef.numpy(), coef, atol=1e-8)
+    single = logistic_lasso(X, y, lam)
+    assert single.coef.dtype == torch.float32 and single.converged
+    assert abs(single.objective.item() - ref_obj) <= 1e-6 * ref_obj
 
 
 @pytest.mark.parametrize(
