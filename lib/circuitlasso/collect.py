@@ -198,7 +198,7 @@ SAE_COLLECTOR_VERSION = 1  # part of the cache key; bump when the stored chunks 
 _FINGERPRINT_SAMPLES = 64  # values sampled from each model parameter for the cache key
 
 
-def _check_prompts(prompts: Sequence[str]) -> list[str]:
+def check_prompts(prompts: Sequence[str]) -> list[str]:
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not a single string")
     prompts = list(prompts)
@@ -210,7 +210,7 @@ def _check_prompts(prompts: Sequence[str]) -> list[str]:
     return prompts
 
 
-def _special_token_ids(model: HookedTransformer) -> list[int]:
+def special_token_ids(model: HookedTransformer) -> list[int]:
     """The tokenizer's BOS, EOS and PAD ids: the positions left out of the token average."""
     tokenizer = model.tokenizer
     if tokenizer is None:
@@ -219,7 +219,7 @@ def _special_token_ids(model: HookedTransformer) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-def _tokenize(
+def tokenize_batch(
     model: HookedTransformer, prompts: list[str], first: int, special: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ``tokens: (B, P)`` of prompts ``first...`` and ``real: (B, P)``, the
@@ -372,7 +372,7 @@ def collect_sae_features(
     differs from the model's width, an empty prompt list, and non-finite activations or features
     (naming the hook and the prompts) raise ``ValueError``.
     """
-    prompts = _check_prompts(prompts)
+    prompts = check_prompts(prompts)
     if not saes:
         raise ValueError("saes is empty: need at least one {layer: SAE}")
     if batch_size < 1:
@@ -381,10 +381,10 @@ def collect_sae_features(
         check_sae_fits(model, sae)
     layers = sorted(saes)
     hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in layers}
-    special_ids = _special_token_ids(model)
+    special_ids = special_token_ids(model)
     special = torch.tensor(special_ids, dtype=torch.long)
     starts = range(0, len(prompts), batch_size)
-    batches = [_tokenize(model, prompts[s : s + batch_size], s, special) for s in starts]
+    batches = [tokenize_batch(model, prompts[s : s + batch_size], s, special) for s in starts]
 
     extra = cache_key_parts or {}
     key = cache_key(

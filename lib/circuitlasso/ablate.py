@@ -1,0 +1,500 @@
+"""Faithfulness and completeness of SAE-feature circuits (paper App. C.5, Fig. 4).
+
+The metric is ``m = p(acceptable) - p(unacceptable) = 2 * sigmoid(a^T zbar_L + b) - 1``, the
+learned classifier ``A_{L,y} = a`` (:class:`circuitlasso.feature_circuits.LabelFit`) reading
+``zbar_L: (D,)``, the last-layer SAE features of the model's own forward pass averaged over the
+prompt's real tokens (BOS, EOS and padding left out, as :func:`circuitlasso.collect.
+collect_sae_features` does); reported as the mean over a batch of prompts.
+
+Node ablation in the real model (the protocol of Marks et al., "Sparse feature circuits"): every
+layer's SAE is spliced into the forward pass at its hook. An activation ``x: (B, P, d_model)``
+becomes ``decode(z') + (x - decode(z))`` with ``z = encode(x): (B, P, D)`` and ``z'`` equal to
+``z`` except that ablated features take their mean over a reference set of prompts
+(:func:`feature_means`, ``{layer: (D,)}``) at every real token. The error term is the one of the
+activation arriving at the hook, so with nothing ablated the spliced model is the model. A
+circuit ``C`` is ``{layer: set of features}``; ``m(C)`` mean-ablates every feature of the spliced
+layers outside ``C``, ``m(M \\ C)`` the features inside it, ``m(empty)`` all of them and ``m(M)``
+none, and
+
+    faithfulness  F(C) = (m(C) - m(empty)) / (m(M) - m(empty)),
+    completeness       = (m(M \\ C) - m(empty)) / (m(M) - m(empty)).
+
+:func:`node_ablation_sweep` evaluates both for the top-``n`` nodes of a ranking.
+
+Attribution baseline (SHIFT-style, :func:`attribution_scores`): per layer, integrated gradients
+of ``m`` from the mean-ablated to the clean features of that layer (the other layers computed by
+the model), ``score = sum over tokens of (z - mean) * mean over steps of dm/dz``, averaged over
+the prompts: ``{layer: (D,)}``, a first-order estimate of ``m(M) - m(M without the feature)``.
+
+Edge ablation in the linear surrogate (:class:`Surrogate`): with the token-averaged features
+``Z[l]: (M, D_l)`` and the fitted columns ``A_{p,l}[:, c]: (D_p,)`` of a circuit's child nodes
+``c`` (``p`` the layer below ``l``), the surrogate is ``Z[l][:, c] = Z[p] A[:, c] + intercept_c +
+r_c`` with ``r_c`` the unexplained residual. Zeroing edges gives ``A'`` and, with ``r_c`` held
+fixed, ``z'_l[:, c] = Z[l][:, c] + z'_p A'[:, c] - Z[p] A[:, c]`` (the intercept cancels), layer
+by layer upward; only fitted columns move, every other column keeps its observed value. The
+readout is ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` averaged over the prompts, and
+:func:`edge_ablation_sweep` gives its faithfulness and completeness against the number of edges
+kept, the edges being all nonzero coefficients of the fitted columns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+from sae_lens import SAE
+from transformer_lens import HookedTransformer
+
+from circuitlasso.circuit import Edge
+from circuitlasso.collect import check_prompts, special_token_ids, stop_at_layer, tokenize_batch
+from circuitlasso.feature_circuits import Features, LabelFit, LayerPairFit
+from circuitlasso.models import check_sae_fits
+from circuitlasso.trace import LayerRegressions, feature_std, node_name
+
+Circuit = Mapping[int, Collection[int]]  # layer -> features
+Node = tuple[int, int]  # (layer, feature)
+Hook = tuple[str | Callable[..., Any], Callable[..., Any]]  # TransformerLens forward hook
+
+
+# --- Spliced forward pass -----------------------------------------------------------------------
+
+
+def _dense(z: torch.Tensor) -> torch.Tensor:
+    return z.to_dense() if z.is_sparse else z
+
+
+def splice_hooks(
+    saes: Mapping[int, SAE],
+    real: torch.Tensor,
+    ablate: Mapping[int, torch.Tensor] | None = None,
+    means: Mapping[int, torch.Tensor] | None = None,
+    record: dict[int, torch.Tensor] | None = None,
+) -> list[Hook]:
+    """Forward hooks splicing each SAE into the model at its hook point.
+
+    ``real: (B, P)`` bool marks the real tokens; ``ablate[layer]: (D,)`` bool the features set
+    to ``means[layer]: (D,)`` at real tokens; ``record[layer]`` receives the (ablated) features
+    ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``.
+    """
+    ablate = ablate or {}
+    hooks: list[Hook] = []
+    for layer, sae in saes.items():
+
+        def splice(x: torch.Tensor, hook: Any, layer: int = layer, sae: SAE = sae) -> torch.Tensor:
+            z = _dense(sae.encode(x))
+            edited, mask = z, ablate.get(layer)
+            if mask is not None and bool(mask.any()):
+                assert means is not None
+                where = real.to(z.device)[:, :, None] & mask.to(z.device)
+                edited = torch.where(where, means[layer].to(z), z)
+            if record is not None:
+                record[layer] = edited
+            return sae.decode(edited) + (x - sae.decode(z))
+
+        hooks.append((str(sae.cfg.metadata.hook_name), splice))
+    return hooks
+
+
+def _readout(label_fit: LabelFit, z: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` metric ``2 * sigmoid(a^T zbar + b) - 1`` of features ``z: (B, P, D)``."""
+    weights = real.to(z.device, torch.float64)
+    zbar = torch.einsum("bp,bpd->bd", weights, z.double()) / weights.sum(1, keepdim=True)
+    a = torch.as_tensor(label_fit.coef, dtype=torch.float64, device=z.device)
+    return 2 * torch.sigmoid(zbar @ a + label_fit.intercept) - 1
+
+
+def _check(model: HookedTransformer, saes: Mapping[int, SAE], label_fit: LabelFit | None) -> None:
+    if not saes:
+        raise ValueError("saes is empty: need at least one {layer: SAE}")
+    for sae in saes.values():
+        check_sae_fits(model, sae)
+    if label_fit is not None and label_fit.layer not in saes:
+        raise ValueError(f"the label fit reads layer {label_fit.layer}, not among {sorted(saes)}")
+
+
+def _batches(
+    model: HookedTransformer, prompts: Sequence[str], batch_size: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Right-padded ``(tokens, real)`` per batch of prompts, as the collector tokenizes them."""
+    prompts = check_prompts(prompts)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    special = torch.tensor(special_token_ids(model), dtype=torch.long)
+    return [
+        tokenize_batch(model, prompts[s : s + batch_size], s, special)
+        for s in range(0, len(prompts), batch_size)
+    ]
+
+
+def _stop(saes: Mapping[int, SAE]) -> int | None:
+    return stop_at_layer([str(sae.cfg.metadata.hook_name) for sae in saes.values()])
+
+
+def feature_means(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    prompts: Sequence[str],
+    *,
+    batch_size: int = 32,
+) -> dict[int, torch.Tensor]:
+    """``{layer: (D,)}`` mean of each SAE feature over all real tokens of ``prompts``, float32."""
+    _check(model, saes, None)
+    sums = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
+    count = 0
+    for tokens, real in _batches(model, prompts, batch_size):
+        record: dict[int, torch.Tensor] = {}
+        with torch.inference_mode():
+            model.run_with_hooks(tokens.to(model.cfg.device),
+                                 fwd_hooks=splice_hooks(saes, real, record=record),
+                                 stop_at_layer=_stop(saes))  # fmt: skip
+        for layer, z in record.items():
+            sums[layer] += z[real.to(z.device)].double().sum(0).cpu()
+        count += int(real.sum())
+    return {layer: (s / count).float() for layer, s in sums.items()}
+
+
+def _ablation_masks(
+    saes: Mapping[int, SAE], circuit: Circuit | None, ablate_inside: bool
+) -> dict[int, torch.Tensor]:
+    """``{layer: (D,) bool}`` features to ablate: inside or outside ``circuit`` (None: none)."""
+    if circuit is None:
+        return {}
+    unknown = sorted(set(circuit) - set(saes))
+    if unknown:
+        raise ValueError(f"circuit layers {unknown} have no SAE; layers: {sorted(saes)}")
+    masks = {}
+    for layer, sae in saes.items():
+        inside = torch.zeros(sae.cfg.d_sae, dtype=torch.bool)
+        inside[list(circuit.get(layer, ()))] = True
+        masks[layer] = inside if ablate_inside else ~inside
+    return masks
+
+
+def _metric(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    label_fit: LabelFit,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    masks: Mapping[int, torch.Tensor],
+    means: Mapping[int, torch.Tensor] | None,
+) -> float:
+    if masks and means is None:
+        raise ValueError("ablating features needs means (see feature_means)")
+    total, n = 0.0, 0
+    for tokens, real in batches:
+        record: dict[int, torch.Tensor] = {}
+        with torch.inference_mode():
+            model.run_with_hooks(tokens.to(model.cfg.device),
+                                 fwd_hooks=splice_hooks(saes, real, masks, means, record),
+                                 stop_at_layer=_stop(saes))  # fmt: skip
+        total += float(_readout(label_fit, record[label_fit.layer], real).sum())
+        n += len(tokens)
+    return total / n
+
+
+def metric_with_ablation(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    label_fit: LabelFit,
+    prompts: Sequence[str],
+    circuit: Circuit | None = None,
+    *,
+    ablate_inside: bool = False,
+    means: Mapping[int, torch.Tensor] | None = None,
+    batch_size: int = 32,
+) -> float:
+    """Mean metric ``m`` over ``prompts`` of the spliced model with mean ablation.
+
+    ``circuit=None``: nothing ablated, ``m(M)``. Otherwise every spliced layer's features
+    outside ``circuit`` are ablated (``m(C)``; a layer missing from ``circuit`` loses all its
+    features, so ``{}`` gives ``m(empty)``), or with ``ablate_inside`` those inside (``m(M \\ C)``).
+    """
+    _check(model, saes, label_fit)
+    masks = _ablation_masks(saes, circuit, ablate_inside)
+    return _metric(model, saes, label_fit, _batches(model, prompts, batch_size), masks, means)
+
+
+def rank_features(scores: Mapping[int, np.ndarray]) -> list[Node]:
+    """``(layer, feature)`` with nonzero ``scores[layer][feature]``, largest ``|score|`` first."""
+    nodes = [(layer, int(f)) for layer, s in scores.items() for f in np.flatnonzero(s)]
+    values = np.array([abs(scores[layer][f]) for layer, f in nodes])
+    return [nodes[i] for i in np.argsort(-values, kind="stable")]
+
+
+def rank_circuit_nodes(graph: nx.DiGraph) -> list[Node]:
+    """The circuit's nodes as ``(layer, feature)``, largest ``importance`` first."""
+    data = sorted(graph.nodes(data=True), key=lambda item: -item[1]["importance"])
+    return [(int(d["layer"]), int(d["feature"])) for _, d in data]
+
+
+def _circuit(nodes: Sequence[Node]) -> dict[int, set[int]]:
+    circuit: dict[int, set[int]] = {}
+    for layer, feature in nodes:
+        circuit.setdefault(layer, set()).add(feature)
+    return circuit
+
+
+def _ratio(value: float, empty: float, full: float) -> float:
+    return (value - empty) / (full - empty)
+
+
+def node_ablation_sweep(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    label_fit: LabelFit,
+    prompts: Sequence[str],
+    ranking: Sequence[Node],
+    sizes: Sequence[int],
+    means: Mapping[int, torch.Tensor],
+    *,
+    batch_size: int = 32,
+) -> pd.DataFrame:
+    """Faithfulness and completeness of the top-``n`` nodes of ``ranking`` for each ``n`` in
+    ``sizes``; columns ``n, faithfulness, completeness, m_circuit, m_complement, m_full,
+    m_empty``."""
+    _check(model, saes, label_fit)
+    batches = _batches(model, prompts, batch_size)
+
+    def m(circuit: Circuit | None, inside: bool = False) -> float:
+        masks = _ablation_masks(saes, circuit, inside)
+        return _metric(model, saes, label_fit, batches, masks, means)
+
+    full, empty = m(None), m({})
+    rows = []
+    for n in sizes:
+        circuit = _circuit(ranking[:n])
+        kept, removed = m(circuit), m(circuit, inside=True)
+        rows.append({"n": n, "faithfulness": _ratio(kept, empty, full),
+                     "completeness": _ratio(removed, empty, full), "m_circuit": kept,
+                     "m_complement": removed, "m_full": full, "m_empty": empty})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# --- Attribution baseline -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Node scores ``{layer: (D,)}`` of :func:`attribution_scores` and the seconds they took."""
+
+    scores: dict[int, np.ndarray]
+    seconds: float
+
+
+def _ig_layer(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    label_fit: LabelFit,
+    layer: int,
+    tokens: torch.Tensor,
+    real: torch.Tensor,
+    mean: torch.Tensor,
+    steps: int,
+) -> torch.Tensor:
+    """``(D,)`` sum over the batch's prompts and tokens of one layer's IG attributions."""
+    sae, reader = saes[layer], saes[label_fit.layer]
+    mask = real.to(mean.device)[:, :, None]
+    grads: torch.Tensor | None = None
+    clean: torch.Tensor | None = None
+    for step in range(steps):
+        alpha = (step + 0.5) / steps  # midpoint rule on [0, 1]
+        state: dict[str, torch.Tensor] = {}
+
+        def patch(x: torch.Tensor, hook: Any, alpha: float = alpha, state=state) -> torch.Tensor:
+            z = _dense(sae.encode(x)).detach()
+            path = torch.where(mask, mean + alpha * (z - mean), z).requires_grad_(True)
+            state["clean"], state["path"], state["read"] = z, path, path
+            return sae.decode(path) + (x - sae.decode(z)).detach()
+
+        def read(x: torch.Tensor, hook: Any, state=state) -> torch.Tensor:
+            state["read"] = _dense(reader.encode(x))
+            return x
+
+        hooks: list[Hook] = [(str(sae.cfg.metadata.hook_name), patch)]
+        if label_fit.layer != layer:
+            hooks.append((str(reader.cfg.metadata.hook_name), read))
+        with torch.enable_grad():
+            model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=_stop(saes))
+            m = _readout(label_fit, state["read"], real).sum()
+            (grad,) = torch.autograd.grad(m, state["path"])
+        grads = grad if grads is None else grads + grad
+        clean = state["clean"]
+    assert grads is not None and clean is not None
+    return ((clean - mean) * mask * grads / steps).sum((0, 1)).double().cpu()
+
+
+def attribution_scores(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    label_fit: LabelFit,
+    prompts: Sequence[str],
+    means: Mapping[int, torch.Tensor],
+    *,
+    steps: int = 10,
+    batch_size: int = 32,
+) -> Attribution:
+    """Attribution patching with integrated gradients (``steps`` midpoints) through the SAE
+    features of each layer: ``{layer: (D,)}`` scores averaged over ``prompts``, and the runtime.
+
+    For layer ``l`` the features at real tokens follow ``mean + alpha * (z - mean)``, the SAE
+    error term stays at its clean value and the layers above run unchanged; the score of a
+    feature is ``(z - mean) * dm/dz`` averaged over ``alpha``, summed over tokens.
+    """
+    _check(model, saes, label_fit)
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    start = time.perf_counter()
+    batches = _batches(model, prompts, batch_size)
+    totals = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
+    for tokens, real in batches:
+        for layer, sae in saes.items():
+            mean = means[layer].to(sae.W_enc)
+            tokens_d = tokens.to(model.cfg.device)
+            totals[layer] += _ig_layer(model, saes, label_fit, layer, tokens_d, real, mean, steps)
+    n = sum(len(tokens) for tokens, _ in batches)
+    scores = {layer: (total / n).numpy() for layer, total in totals.items()}
+    return Attribution(scores, time.perf_counter() - start)
+
+
+# --- Edge ablation in the linear surrogate ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Fitted columns of one child layer: ``children: (k,)``, ``coef: (D_parent, k)`` CSC."""
+
+    parent: int
+    children: np.ndarray
+    coef: sp.csc_matrix
+
+
+class Surrogate:
+    """The linear surrogate of a circuit: token-averaged ``Z`` and the fitted columns of the
+    layer-pair regressions for the circuit's child nodes (see the module docstring).
+
+    ``columns[child_layer][child_feature]`` is the fit holding that column (as
+    :meth:`LayerRegressions.parents` returns); ``label_fit`` reads the last layer of ``Z``.
+    """
+
+    def __init__(
+        self,
+        Z: Mapping[int, Features],
+        columns: Mapping[int, Mapping[int, LayerPairFit]],
+        label_fit: LabelFit,
+    ) -> None:
+        if label_fit.layer != max(Z):
+            raise ValueError(f"the label fit reads layer {label_fit.layer}, last is {max(Z)}")
+        self.Z = {layer: sp.csr_matrix(z) for layer, z in Z.items()}
+        self.label_fit = label_fit
+        self.layers: dict[int, _Columns] = {}
+        self._index: dict[Edge, tuple[int, int]] = {}  # edge -> (child layer, position in data)
+        for layer in sorted(columns):
+            fits = columns[layer]
+            children = np.array(sorted(fits), dtype=int)
+            if not len(children):
+                continue
+            parents = {fit.parent for fit in fits.values()}
+            if len(parents) != 1 or any(fit.child != layer for fit in fits.values()):
+                raise ValueError(f"columns of layer {layer} mix layer pairs: parents {parents}")
+            coef = sp.hstack([fits[c].column(c) for c in children], format="csc")
+            coef.eliminate_zeros()
+            coef.sort_indices()
+            parent = parents.pop()
+            self.layers[layer] = _Columns(parent, children, coef)
+            for j, child in enumerate(children):
+                for pos in range(coef.indptr[j], coef.indptr[j + 1]):
+                    edge = (node_name(parent, int(coef.indices[pos])), node_name(layer, int(child)))
+                    self._index[edge] = (layer, pos)
+
+    @classmethod
+    def from_circuit(
+        cls, graph: nx.DiGraph, regressions: LayerRegressions, label_fit: LabelFit
+    ) -> Surrogate:
+        """The surrogate of a traced circuit: the columns of its nodes that have parents."""
+        children: dict[int, list[int]] = {}
+        for name, data in graph.nodes(data=True):
+            if graph.in_degree(name):
+                children.setdefault(int(data["layer"]), []).append(int(data["feature"]))
+        columns = {layer: regressions.parents(layer, f) for layer, f in children.items()}
+        return cls(regressions.Z, columns, label_fit)
+
+    def edges(self) -> list[Edge]:
+        """Every edge of the surrogate: the nonzero coefficients of the fitted columns."""
+        return list(self._index)
+
+    def rank_edges(self) -> list[Edge]:
+        """Edges by ``|coef| * std(parent)`` over the prompts, largest first."""
+        stds = {c.parent: feature_std(self.Z[c.parent]) for c in self.layers.values()}
+        values = []
+        for layer, pos in self._index.values():
+            columns = self.layers[layer]
+            values.append(
+                abs(columns.coef.data[pos]) * stds[columns.parent][columns.coef.indices[pos]]
+            )
+        order = np.argsort(-np.array(values), kind="stable")
+        edges = self.edges()
+        return [edges[i] for i in order]
+
+    def propagate(self, zeroed: Collection[Edge] = ()) -> dict[int, np.ndarray]:
+        """``{layer: (M, k)}`` surrogate values of each layer's fitted columns (``children``
+        order) with the ``zeroed`` edges' coefficients set to 0 and residuals held fixed."""
+        unknown = [e for e in zeroed if e not in self._index]
+        if unknown:
+            raise ValueError(f"edges not in the surrogate: {unknown[:5]}")
+        positions: dict[int, list[int]] = {}
+        for edge in zeroed:
+            layer, pos = self._index[edge]
+            positions.setdefault(layer, []).append(pos)
+        deltas: dict[int, np.ndarray] = {}  # layer -> (M, k) change of its fitted columns
+        values = {}
+        for layer, columns in self.layers.items():
+            kept = columns.coef.copy()
+            kept.data[positions.get(layer, [])] = 0.0
+            delta = np.asarray((self.Z[columns.parent] @ (kept - columns.coef)).todense())
+            if columns.parent in deltas:
+                below = self.layers[columns.parent].children
+                delta += deltas[columns.parent] @ kept[below].toarray()
+            deltas[layer] = delta
+            values[layer] = self.Z[layer][:, columns.children].toarray() + delta
+        return values
+
+    def metric(self, zeroed: Collection[Edge] = ()) -> float:
+        """Mean ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` over the prompts."""
+        fit, last = self.label_fit, self.label_fit.layer
+        z = self.Z[last].toarray()
+        if last in self.layers:
+            z[:, self.layers[last].children] = self.propagate(zeroed)[last]
+        logits = z @ fit.coef + fit.intercept
+        return float(np.mean(2 / (1 + np.exp(-logits)) - 1))
+
+
+def rank_circuit_edges(graph: nx.DiGraph) -> list[Edge]:
+    """The circuit's edges by their ``score`` attribute, largest first."""
+    data = sorted(graph.edges(data=True), key=lambda item: -item[2]["score"])
+    return [(parent, child) for parent, child, _ in data]
+
+
+def edge_ablation_sweep(
+    surrogate: Surrogate, ranking: Sequence[Edge], sizes: Sequence[int]
+) -> pd.DataFrame:
+    """Faithfulness (all edges but the top ``n`` of ``ranking`` zeroed) and completeness (the
+    top ``n`` zeroed) of the surrogate for each ``n`` in ``sizes``; columns ``n, faithfulness,
+    completeness, m_circuit, m_complement, m_full, m_empty``."""
+    edges = surrogate.edges()
+    full, empty = surrogate.metric(), surrogate.metric(edges)
+    rows = []
+    for n in sizes:
+        kept = set(ranking[:n])
+        m_kept = surrogate.metric([e for e in edges if e not in kept])
+        m_removed = surrogate.metric(kept)
+        rows.append({"n": n, "faithfulness": _ratio(m_kept, empty, full),
+                     "completeness": _ratio(m_removed, empty, full), "m_circuit": m_kept,
+                     "m_complement": m_removed, "m_full": full, "m_empty": empty})  # fmt: skip
+    return pd.DataFrame(rows)
