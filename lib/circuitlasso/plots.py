@@ -131,13 +131,19 @@ def interpbench_summary(table: pd.DataFrame) -> Figure:
     return fig
 
 
-EDGE_COLORS = {"persistence": "black", "merging": "tab:blue", "dropping": "tab:orange"}
+EDGE_COLORS = {
+    "persistence": "black",
+    "merging": "tab:blue",
+    "dropping": "tab:orange",
+    "other": "grey",
+}
 
 
 def circuit_tree(graph: nx.DiGraph, labels: dict[str, str] | None = None) -> Figure:
     """A traced SAE-feature circuit like the paper's Fig. 3: one column per layer, nodes named
     ``z{layer}.{feature}`` with an optional label below, edges coloured by their ``type``
-    (persistence / merging / dropping; grey if unclassified) with width by ``|coef|``."""
+    (persistence black, merging blue, dropping orange, other or unclassified grey), width by
+    ``|coef|``."""
     layers = sorted({data["layer"] for _, data in graph.nodes(data=True)})
     columns: dict[int, list[str]] = {layer: [] for layer in layers}
     for node, data in sorted(graph.nodes(data=True), key=lambda item: -item[1]["importance"]):
@@ -171,7 +177,7 @@ def circuit_tree(graph: nx.DiGraph, labels: dict[str, str] | None = None) -> Fig
     for x, layer in enumerate(layers):
         ax.text(x, (tallest - 1) / 2 + 0.8, f"layer {layer}", ha="center", fontweight="bold")
     handles = [plt.Line2D([], [], color=c, label=t) for t, c in EDGE_COLORS.items()]
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=3,
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=4,
               fontsize="small", frameon=False)  # fmt: skip
     ax.set_xlim(-0.6, len(layers) - 0.4)
     ax.set_ylim(-(tallest - 1) / 2 - 0.9, (tallest - 1) / 2 + 1.1)
