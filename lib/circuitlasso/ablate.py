@@ -4,7 +4,10 @@ The metric is ``m = p(acceptable) - p(unacceptable) = 2 * sigmoid(a^T zbar_L + b
 learned classifier ``A_{L,y} = a`` (:class:`circuitlasso.feature_circuits.LabelFit`) reading
 ``zbar_L: (D,)``, the last-layer SAE features of the model's own forward pass averaged over the
 prompt's real tokens (BOS, EOS and padding left out, as :func:`circuitlasso.collect.
-collect_sae_features` does); reported as the mean over a batch of prompts.
+collect_sae_features` does); reported as the mean over a batch of prompts. Given the prompts'
+labels ``y`` (1 = acceptable), the metric is signed, ``(2y - 1) * m = p(correct) - p(wrong)``:
+on a mix of both classes the unsigned mean mostly measures the share of each class, the signed
+one how well the model tells them apart (on a class-balanced set it is 0 for a constant output).
 
 Node ablation in the real model (the protocol of Marks et al., "Sparse feature circuits"): every
 layer's SAE is spliced into the forward pass at its hook. An activation ``x: (B, P, d_model)``
@@ -110,6 +113,18 @@ def _readout(label_fit: LabelFit, z: torch.Tensor, real: torch.Tensor) -> torch.
     return 2 * torch.sigmoid(zbar @ a + label_fit.intercept) - 1
 
 
+def _signs(labels: Sequence[int] | None, n: int, batch_size: int) -> list[torch.Tensor]:
+    """Per batch, ``(B,)`` float64 sign of each prompt's metric: ``2y - 1``, or 1 without labels."""
+    if labels is None:
+        signs = np.ones(n)
+    else:
+        y = np.asarray(labels)
+        if y.shape != (n,) or not np.isin(y, (0, 1)).all():
+            raise ValueError(f"labels must be {n} values in {{0, 1}}, one per prompt")
+        signs = 2.0 * y - 1.0
+    return [torch.as_tensor(signs[s : s + batch_size]) for s in range(0, n, batch_size)]
+
+
 def _check(model: HookedTransformer, saes: Mapping[int, SAE], label_fit: LabelFit | None) -> None:
     if not saes:
         raise ValueError("saes is empty: need at least one {layer: SAE}")
@@ -182,19 +197,20 @@ def _metric(
     saes: Mapping[int, SAE],
     label_fit: LabelFit,
     batches: list[tuple[torch.Tensor, torch.Tensor]],
+    signs: list[torch.Tensor],
     masks: Mapping[int, torch.Tensor],
     means: Mapping[int, torch.Tensor] | None,
 ) -> float:
     if masks and means is None:
         raise ValueError("ablating features needs means (see feature_means)")
     total, n = 0.0, 0
-    for tokens, real in batches:
+    for (tokens, real), sign in zip(batches, signs, strict=True):
         record: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
             model.run_with_hooks(tokens.to(model.cfg.device),
                                  fwd_hooks=splice_hooks(saes, real, masks, means, record),
                                  stop_at_layer=_stop(saes))  # fmt: skip
-        total += float(_readout(label_fit, record[label_fit.layer], real).sum())
+        total += float((sign * _readout(label_fit, record[label_fit.layer], real).cpu()).sum())
         n += len(tokens)
     return total / n
 
@@ -206,11 +222,13 @@ def metric_with_ablation(
     prompts: Sequence[str],
     circuit: Circuit | None = None,
     *,
+    labels: Sequence[int] | None = None,
     ablate_inside: bool = False,
     means: Mapping[int, torch.Tensor] | None = None,
     batch_size: int = 32,
 ) -> float:
-    """Mean metric ``m`` over ``prompts`` of the spliced model with mean ablation.
+    """Mean metric ``m`` over ``prompts`` of the spliced model with mean ablation (signed by
+    ``labels: (n,)`` in {0, 1} if given, see the module docstring).
 
     ``circuit=None``: nothing ablated, ``m(M)``. Otherwise every spliced layer's features
     outside ``circuit`` are ablated (``m(C)``; a layer missing from ``circuit`` loses all its
@@ -218,7 +236,9 @@ def metric_with_ablation(
     """
     _check(model, saes, label_fit)
     masks = _ablation_masks(saes, circuit, ablate_inside)
-    return _metric(model, saes, label_fit, _batches(model, prompts, batch_size), masks, means)
+    batches = _batches(model, prompts, batch_size)
+    signs = _signs(labels, len(prompts), batch_size)
+    return _metric(model, saes, label_fit, batches, signs, masks, means)
 
 
 def rank_features(scores: Mapping[int, np.ndarray]) -> list[Node]:
@@ -254,17 +274,19 @@ def node_ablation_sweep(
     sizes: Sequence[int],
     means: Mapping[int, torch.Tensor],
     *,
+    labels: Sequence[int] | None = None,
     batch_size: int = 32,
 ) -> pd.DataFrame:
     """Faithfulness and completeness of the top-``n`` nodes of ``ranking`` for each ``n`` in
-    ``sizes``; columns ``n, faithfulness, completeness, m_circuit, m_complement, m_full,
-    m_empty``."""
+    ``sizes`` (metric signed by ``labels`` if given); columns ``n, faithfulness, completeness,
+    m_circuit, m_complement, m_full, m_empty``."""
     _check(model, saes, label_fit)
     batches = _batches(model, prompts, batch_size)
+    signs = _signs(labels, len(prompts), batch_size)
 
     def m(circuit: Circuit | None, inside: bool = False) -> float:
         masks = _ablation_masks(saes, circuit, inside)
-        return _metric(model, saes, label_fit, batches, masks, means)
+        return _metric(model, saes, label_fit, batches, signs, masks, means)
 
     full, empty = m(None), m({})
     rows = []
@@ -295,6 +317,7 @@ def _ig_layer(
     layer: int,
     tokens: torch.Tensor,
     real: torch.Tensor,
+    sign: torch.Tensor,
     mean: torch.Tensor,
     steps: int,
 ) -> torch.Tensor:
@@ -322,7 +345,7 @@ def _ig_layer(
             hooks.append((str(reader.cfg.metadata.hook_name), read))
         with torch.enable_grad():
             model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=_stop(saes))
-            m = _readout(label_fit, state["read"], real).sum()
+            m = (sign.to(mean.device) * _readout(label_fit, state["read"], real)).sum()
             (grad,) = torch.autograd.grad(m, state["path"])
         grads = grad if grads is None else grads + grad
         clean = state["clean"]
@@ -337,6 +360,7 @@ def attribution_scores(
     prompts: Sequence[str],
     means: Mapping[int, torch.Tensor],
     *,
+    labels: Sequence[int] | None = None,
     steps: int = 10,
     batch_size: int = 32,
 ) -> Attribution:
@@ -345,19 +369,23 @@ def attribution_scores(
 
     For layer ``l`` the features at real tokens follow ``mean + alpha * (z - mean)``, the SAE
     error term stays at its clean value and the layers above run unchanged; the score of a
-    feature is ``(z - mean) * dm/dz`` averaged over ``alpha``, summed over tokens.
+    feature is ``(z - mean) * dm/dz`` averaged over ``alpha``, summed over tokens; ``m`` is
+    signed by ``labels: (n,)`` in {0, 1} if given.
     """
     _check(model, saes, label_fit)
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     start = time.perf_counter()
     batches = _batches(model, prompts, batch_size)
+    signs = _signs(labels, len(prompts), batch_size)
     totals = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
-    for tokens, real in batches:
+    for (tokens, real), sign in zip(batches, signs, strict=True):
+        tokens_d = tokens.to(model.cfg.device)
         for layer, sae in saes.items():
             mean = means[layer].to(sae.W_enc)
-            tokens_d = tokens.to(model.cfg.device)
-            totals[layer] += _ig_layer(model, saes, label_fit, layer, tokens_d, real, mean, steps)
+            totals[layer] += _ig_layer(
+                model, saes, label_fit, layer, tokens_d, real, sign, mean, steps
+            )
     n = sum(len(tokens) for tokens, _ in batches)
     scores = {layer: (total / n).numpy() for layer, total in totals.items()}
     return Attribution(scores, time.perf_counter() - start)
@@ -380,7 +408,8 @@ class Surrogate:
     layer-pair regressions for the circuit's child nodes (see the module docstring).
 
     ``columns[child_layer][child_feature]`` is the fit holding that column (as
-    :meth:`LayerRegressions.parents` returns); ``label_fit`` reads the last layer of ``Z``.
+    :meth:`LayerRegressions.parents` returns); ``label_fit`` reads the last layer of ``Z``;
+    ``labels: (M,)`` in {0, 1}, if given, sign the metric.
     """
 
     def __init__(
@@ -388,11 +417,14 @@ class Surrogate:
         Z: Mapping[int, Features],
         columns: Mapping[int, Mapping[int, LayerPairFit]],
         label_fit: LabelFit,
+        labels: Sequence[int] | None = None,
     ) -> None:
         if label_fit.layer != max(Z):
             raise ValueError(f"the label fit reads layer {label_fit.layer}, last is {max(Z)}")
         self.Z = {layer: sp.csr_matrix(z) for layer, z in Z.items()}
         self.label_fit = label_fit
+        n = self.Z[label_fit.layer].shape[0]
+        self.signs = _signs(labels, n, max(n, 1))[0].numpy()
         self.layers: dict[int, _Columns] = {}
         self._index: dict[Edge, tuple[int, int]] = {}  # edge -> (child layer, position in data)
         for layer in sorted(columns):
@@ -415,7 +447,11 @@ class Surrogate:
 
     @classmethod
     def from_circuit(
-        cls, graph: nx.DiGraph, regressions: LayerRegressions, label_fit: LabelFit
+        cls,
+        graph: nx.DiGraph,
+        regressions: LayerRegressions,
+        label_fit: LabelFit,
+        labels: Sequence[int] | None = None,
     ) -> Surrogate:
         """The surrogate of a traced circuit: the columns of its nodes that have parents."""
         children: dict[int, list[int]] = {}
@@ -423,7 +459,7 @@ class Surrogate:
             if graph.in_degree(name):
                 children.setdefault(int(data["layer"]), []).append(int(data["feature"]))
         columns = {layer: regressions.parents(layer, f) for layer, f in children.items()}
-        return cls(regressions.Z, columns, label_fit)
+        return cls(regressions.Z, columns, label_fit, labels)
 
     def edges(self) -> list[Edge]:
         """Every edge of the surrogate: the nonzero coefficients of the fitted columns."""
@@ -466,13 +502,13 @@ class Surrogate:
         return values
 
     def metric(self, zeroed: Collection[Edge] = ()) -> float:
-        """Mean ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` over the prompts."""
+        """Mean ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` over the prompts (signed)."""
         fit, last = self.label_fit, self.label_fit.layer
         z = self.Z[last].toarray()
         if last in self.layers:
             z[:, self.layers[last].children] = self.propagate(zeroed)[last]
         logits = z @ fit.coef + fit.intercept
-        return float(np.mean(2 / (1 + np.exp(-logits)) - 1))
+        return float(np.mean(self.signs * (2 / (1 + np.exp(-logits)) - 1)))
 
 
 def rank_circuit_edges(graph: nx.DiGraph) -> list[Edge]:

@@ -112,6 +112,21 @@ def test_unablated_metric_is_the_label_fit_on_collected_features(
     assert got == pytest.approx(expected, abs=1e-5)
 
 
+def test_labels_sign_the_metric_per_prompt(toy, cola, label_fit, tmp_path: Path) -> None:
+    model, saes = toy
+    prompts = cola["prompts"]
+    y = np.arange(len(prompts)) % 2
+    Z = collect_sae_features(model, {LAST: saes[LAST]}, prompts, cache_dir=tmp_path,
+                             progress=False)  # fmt: skip
+    expected = float(np.mean((2 * y - 1) * (2 * label_fit.predict_proba(Z[LAST]) - 1)))
+    got = metric_with_ablation(model, saes, label_fit, prompts, labels=y, batch_size=5)
+    assert got == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(ValueError, match="labels must be 12 values in"):
+        metric_with_ablation(model, saes, label_fit, prompts, labels=y[:-1])
+    with pytest.raises(ValueError, match="labels must be 12 values in"):
+        metric_with_ablation(model, saes, label_fit, prompts, labels=2 * y)
+
+
 def test_feature_means_average_over_real_tokens(toy, cola, means) -> None:
     model, saes = toy
     tokens, real = tokens_and_real(model, cola["reference"])
@@ -195,6 +210,20 @@ def test_integrated_gradients_match_ablation_at_the_readout_layer(
     assert scores[feature] == pytest.approx(drop, rel=0.5)
 
 
+def test_signed_attribution_is_the_label_weighted_sum(toy, cola, label_fit, means) -> None:
+    model, saes = toy
+    only = {LAST: saes[LAST]}
+    prompts = cola["prompts"][:4]
+    y = np.array([1, 0, 0, 1])
+    per_prompt = [attribution_scores(model, only, label_fit, [p], means, steps=3).scores[LAST]
+                  for p in prompts]  # fmt: skip
+    signed = attribution_scores(model, only, label_fit, prompts, means, labels=y, steps=3)
+    expected = np.mean(
+        [(2 * label - 1) * s for label, s in zip(y, per_prompt, strict=True)], axis=0
+    )
+    np.testing.assert_allclose(signed.scores[LAST], expected, atol=1e-7)
+
+
 def test_attribution_covers_every_layer(toy, cola, label_fit, means) -> None:
     model, saes = toy
     result = attribution_scores(model, saes, label_fit, cola["prompts"][:2], means, steps=2)
@@ -254,6 +283,10 @@ def test_surrogate_without_zeroed_edges_is_the_observation(chain) -> None:
     observed = float(np.mean(2 * label.predict_proba(Z[2]) - 1))
     assert surrogate.metric() == pytest.approx(observed, abs=1e-14)
     assert len(surrogate.edges()) == 9  # nonzero coefficients of A1 and A2
+    y = np.arange(20) % 3 == 0
+    signed = Surrogate(Z, columns, label, labels=y.astype(int))
+    expected = float(np.mean(np.where(y, 1, -1) * (2 * label.predict_proba(Z[2]) - 1)))
+    assert signed.metric() == pytest.approx(expected, abs=1e-14)
 
 
 def test_zeroing_every_edge_propagates_zero_coefficients(chain) -> None:
