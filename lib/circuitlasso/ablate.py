@@ -37,7 +37,9 @@ fixed, ``z'_l[:, c] = Z[l][:, c] + z'_p A'[:, c] - Z[p] A[:, c]`` (the intercept
 by layer upward; only fitted columns move, every other column keeps its observed value. The
 readout is ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` averaged over the prompts, and
 :func:`edge_ablation_sweep` gives its faithfulness and completeness against the number of edges
-kept, the edges being all nonzero coefficients of the fitted columns.
+kept, the edges being all nonzero coefficients of the fitted columns. The surrogate also ranks
+nodes and edges by their effect on the readout's logit (:meth:`Surrogate.node_effects`): the
+change a one-standard-deviation move of a feature makes, summed over its paths to the readout.
 """
 
 from __future__ import annotations
@@ -248,12 +250,6 @@ def rank_features(scores: Mapping[int, np.ndarray]) -> list[Node]:
     return [nodes[i] for i in np.argsort(-values, kind="stable")]
 
 
-def rank_circuit_nodes(graph: nx.DiGraph) -> list[Node]:
-    """The circuit's nodes as ``(layer, feature)``, largest ``importance`` first."""
-    data = sorted(graph.nodes(data=True), key=lambda item: -item[1]["importance"])
-    return [(int(d["layer"]), int(d["feature"])) for _, d in data]
-
-
 def _circuit(nodes: Sequence[Node]) -> dict[int, set[int]]:
     circuit: dict[int, set[int]] = {}
     for layer, feature in nodes:
@@ -423,6 +419,7 @@ class Surrogate:
             raise ValueError(f"the label fit reads layer {label_fit.layer}, last is {max(Z)}")
         self.Z = {layer: sp.csr_matrix(z) for layer, z in Z.items()}
         self.label_fit = label_fit
+        self._std = {layer: feature_std(z) for layer, z in self.Z.items()}
         n = self.Z[label_fit.layer].shape[0]
         self.signs = _signs(labels, n, max(n, 1))[0].numpy()
         self.layers: dict[int, _Columns] = {}
@@ -465,16 +462,48 @@ class Surrogate:
         """Every edge of the surrogate: the nonzero coefficients of the fitted columns."""
         return list(self._index)
 
-    def rank_edges(self) -> list[Edge]:
-        """Edges by ``|coef| * std(parent)`` over the prompts, largest first."""
-        stds = {c.parent: feature_std(self.Z[c.parent]) for c in self.layers.values()}
-        values = []
-        for layer, pos in self._index.values():
+    def _per_unit(self, effects: Mapping[Node, float], layer: int) -> np.ndarray:
+        """``(k,)`` effect per unit of each fitted child of ``layer``: effect / std."""
+        children = self.layers[layer].children
+        std = self._std[layer][children]
+        effect = np.array([effects.get((layer, int(c)), 0.0) for c in children])
+        return np.divide(effect, std, out=np.zeros_like(effect), where=std > 0)
+
+    def node_effects(self) -> dict[Node, float]:
+        """Effect on the readout's logit of a one-standard-deviation change of each node, through
+        the surrogate: ``|a_f| * std(z_f)`` for the last layer's features, and for a parent
+        ``p`` of fitted children ``c`` the sum over ``c`` of
+        ``effect(c) * |A[p, c]| * std(z_p) / std(z_c)``."""
+        fit = self.label_fit
+        effects = {(fit.layer, int(f)): float(abs(fit.coef[f]) * self._std[fit.layer][f])
+                   for f in np.flatnonzero(fit.coef)}  # fmt: skip
+        for layer in sorted(self.layers, reverse=True):
             columns = self.layers[layer]
-            values.append(
-                abs(columns.coef.data[pos]) * stds[columns.parent][columns.coef.indices[pos]]
-            )
-        order = np.argsort(-np.array(values), kind="stable")
+            through = abs(columns.coef) @ self._per_unit(effects, layer)
+            through *= self._std[columns.parent]
+            for parent in np.flatnonzero(through):
+                node = (columns.parent, int(parent))
+                effects[node] = effects.get(node, 0.0) + float(through[parent])
+        return effects
+
+    def rank_nodes(self) -> list[Node]:
+        """Nodes by :meth:`node_effects`, largest first."""
+        effects = self.node_effects()
+        return sorted(effects, key=lambda node: -effects[node])
+
+    def rank_edges(self) -> list[Edge]:
+        """Edges by their share of the child's effect, ``effect(c) * |A[p, c]| * std(z_p) /
+        std(z_c)`` (see :meth:`node_effects`), largest first."""
+        effects = self.node_effects()
+        values = []  # in the order of self.edges(): layer by layer, then by position in coef
+        for layer in sorted(self.layers):
+            columns = self.layers[layer]
+            per_unit = np.repeat(self._per_unit(effects, layer), np.diff(columns.coef.indptr))
+            parent_std = self._std[columns.parent][columns.coef.indices]
+            values.append(per_unit * np.abs(columns.coef.data) * parent_std)
+        if not values:
+            return []
+        order = np.argsort(-np.concatenate(values), kind="stable")
         edges = self.edges()
         return [edges[i] for i in order]
 
@@ -509,12 +538,6 @@ class Surrogate:
             z[:, self.layers[last].children] = self.propagate(zeroed)[last]
         logits = z @ fit.coef + fit.intercept
         return float(np.mean(self.signs * (2 / (1 + np.exp(-logits)) - 1)))
-
-
-def rank_circuit_edges(graph: nx.DiGraph) -> list[Edge]:
-    """The circuit's edges by their ``score`` attribute, largest first."""
-    data = sorted(graph.edges(data=True), key=lambda item: -item[2]["score"])
-    return [(parent, child) for parent, child, _ in data]
 
 
 def edge_ablation_sweep(

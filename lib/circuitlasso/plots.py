@@ -211,3 +211,28 @@ def coefficient_distribution(coef: np.ndarray, top: int = 5) -> Figure:
     )
     fig.tight_layout()
     return fig
+
+
+def faithfulness_curves(node: pd.DataFrame, edge: pd.DataFrame) -> Figure:
+    """Faithfulness and completeness against circuit size like the paper's Fig. 4: node ablation
+    (top row) and edge ablation (bottom row), one line per ``method``, the ideal values (1 and 0)
+    dashed. Each table has columns ``method, n, faithfulness, completeness``."""
+    for name, table in (("node", node), ("edge", edge)):
+        missing = [c for c in ("method", "n", "faithfulness", "completeness") if c not in table]
+        if missing:
+            raise ValueError(f"{name} table lacks columns {missing}")
+    methods = list(dict.fromkeys([*node["method"], *edge["method"]]))
+    palette = dict(zip(methods, sns.color_palette(n_colors=len(methods)), strict=True))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True)
+    for row, (kind, table) in zip(axes, (("nodes", node), ("edges", edge)), strict=True):
+        for ax, (column, ideal) in zip(row, (("faithfulness", 1.0), ("completeness", 0.0)),
+                                       strict=True):  # fmt: skip
+            data = table[table["n"] > 0]
+            sns.lineplot(data=data, x="n", y=column, hue="method", palette=palette,
+                         marker="o", ax=ax, legend=ax is axes[0, 0])  # fmt: skip
+            ax.axhline(ideal, color="grey", linestyle="--", linewidth=1)
+            action = "kept" if column == "faithfulness" else "ablated"
+            ax.set(xscale="log", xlabel=f"{kind} {action}", ylabel="share of m(M) - m(empty)",
+                   title=f"{kind[:-1]} ablation: {column}")  # fmt: skip
+    fig.tight_layout()
+    return fig

@@ -24,7 +24,6 @@ from circuitlasso.ablate import (
     feature_means,
     metric_with_ablation,
     node_ablation_sweep,
-    rank_circuit_edges,
     rank_features,
     splice_hooks,
 )
@@ -319,6 +318,30 @@ def test_partial_zeroing_matches_the_dense_recursion(chain) -> None:
         surrogate.propagate({("z0.2", "z1.0")})  # a zero coefficient is no edge
 
 
+def test_node_effects_and_edge_ranking_follow_the_chain(chain) -> None:
+    Z, columns, label = chain
+    surrogate = Surrogate(Z, columns, label)
+    std = {layer: z.toarray().std(0) for layer, z in Z.items()}
+    A1 = columns[1][0].coef.toarray()
+    A2 = columns[2][1].coef.toarray()
+    e2 = np.abs(label.coef) * std[2]
+    # layer 1: through the fitted children 2.1 and 2.3; layer 0: through 1.0 and 1.2
+    e1 = np.abs(A2) @ (e2[[1, 3]] / std[2][[1, 3]]) * std[1]
+    e0 = np.abs(A1) @ (e1[[0, 2]] / std[1][[0, 2]]) * std[0]
+    expected = {(2, f): e2[f] for f in range(4)}
+    expected |= {(1, f): e1[f] for f in range(4) if e1[f]}
+    expected |= {(0, f): e0[f] for f in range(4) if e0[f]}
+    effects = surrogate.node_effects()
+    assert effects.keys() == expected.keys()
+    assert [effects[n] for n in expected] == pytest.approx(list(expected.values()), rel=1e-12)
+    assert surrogate.rank_nodes() == sorted(expected, key=lambda n: -expected[n])
+    share = {(node_name(0, p), node_name(1, c)): e1[c] / std[1][c] * abs(A1[p, j]) * std[0][p]
+             for j, c in enumerate((0, 2)) for p in range(4) if A1[p, j]}  # fmt: skip
+    share |= {(node_name(1, p), node_name(2, c)): e2[c] / std[2][c] * abs(A2[p, j]) * std[1][p]
+              for j, c in enumerate((1, 3)) for p in range(4) if A2[p, j]}  # fmt: skip
+    assert surrogate.rank_edges() == sorted(share, key=lambda e: -share[e])
+
+
 def test_edge_sweep_on_a_traced_circuit() -> None:
     rng = np.random.default_rng(1)
     z0 = rng.exponential(1.0, (200, 12)) * (rng.random((200, 12)) < 0.5)
@@ -335,5 +358,6 @@ def test_edge_sweep_on_a_traced_circuit() -> None:
     table = edge_ablation_sweep(surrogate, surrogate.rank_edges(), [0, n_all])
     assert table["faithfulness"].tolist() == pytest.approx([0.0, 1.0], abs=1e-9)
     assert table["completeness"].tolist() == pytest.approx([1.0, 0.0], abs=1e-9)
-    circuit = edge_ablation_sweep(surrogate, rank_circuit_edges(graph), [graph.number_of_edges()])
+    in_graph = [e for e in surrogate.rank_edges() if graph.has_edge(*e)]
+    circuit = edge_ablation_sweep(surrogate, in_graph, [graph.number_of_edges()])
     assert np.isfinite(circuit["faithfulness"]).all()
