@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 import yaml
 
@@ -92,3 +94,18 @@ def test_intro_names_the_profile_from_metadata(built_book: Path) -> None:
 def test_api_reference_documents_the_library(built_book: Path) -> None:
     api = (built_book / "_build" / "html" / "book" / "api.html").read_text()
     assert "circuitlasso.reproduce.run_section" in api
+
+
+@pytest.mark.slow
+def test_faithfulness_leaves_its_curves_and_a_json_summary(built_book: Path) -> None:
+    project = rp.Project(built_book)
+    curves = pd.read_csv(project.executed("faithfulness").with_suffix(".csv"))
+    assert set(curves["ablation"]) == {"node", "edge"}
+    node = curves[curves["ablation"] == "node"]
+    assert {"CircuitLasso", "IG attribution", "random"} == set(node["method"])
+    assert node["faithfulness"].between(-0.5, 1.5).all()
+    last = nbformat.read(project.executed("faithfulness"), as_version=4).cells[-1]
+    summary = json.loads(last.outputs[-1]["text"].strip().splitlines()[-1])
+    assert set(summary["features_for_faithfulness_0.8"]) == {"CircuitLasso", "IG attribution",
+                                                               "random"}  # fmt: skip
+    assert all(seconds > 0 for seconds in summary["seconds"].values())
