@@ -71,7 +71,8 @@ Hook = tuple[str | Callable[..., Any], Callable[..., Any]]  # TransformerLens fo
 # --- Spliced forward pass -----------------------------------------------------------------------
 
 
-def _dense(z: torch.Tensor) -> torch.Tensor:
+def to_dense(z: torch.Tensor) -> torch.Tensor:
+    """``z`` as a dense tensor (sae-lens SAEs may encode to a sparse one)."""
     return z.to_dense() if z.is_sparse else z
 
 
@@ -93,7 +94,7 @@ def splice_hooks(
     for layer, sae in saes.items():
 
         def splice(x: torch.Tensor, hook: Any, layer: int = layer, sae: SAE = sae) -> torch.Tensor:
-            z = _dense(sae.encode(x))
+            z = to_dense(sae.encode(x))
             edited, mask = z, ablate.get(layer)
             if mask is not None and bool(mask.any()):
                 assert means is not None
@@ -136,7 +137,7 @@ def _check(model: HookedTransformer, saes: Mapping[int, SAE], label_fit: LabelFi
         raise ValueError(f"the label fit reads layer {label_fit.layer}, not among {sorted(saes)}")
 
 
-def _batches(
+def prompt_batches(
     model: HookedTransformer, prompts: Sequence[str], batch_size: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Right-padded ``(tokens, real)`` per batch of prompts, as the collector tokenizes them."""
@@ -165,7 +166,7 @@ def feature_means(
     _check(model, saes, None)
     sums = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
     count = 0
-    for tokens, real in _batches(model, prompts, batch_size):
+    for tokens, real in prompt_batches(model, prompts, batch_size):
         record: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
             model.run_with_hooks(tokens.to(model.cfg.device),
@@ -238,7 +239,7 @@ def metric_with_ablation(
     """
     _check(model, saes, label_fit)
     masks = _ablation_masks(saes, circuit, ablate_inside)
-    batches = _batches(model, prompts, batch_size)
+    batches = prompt_batches(model, prompts, batch_size)
     signs = _signs(labels, len(prompts), batch_size)
     return _metric(model, saes, label_fit, batches, signs, masks, means)
 
@@ -277,7 +278,7 @@ def node_ablation_sweep(
     ``sizes`` (metric signed by ``labels`` if given); columns ``n, faithfulness, completeness,
     m_circuit, m_complement, m_full, m_empty``."""
     _check(model, saes, label_fit)
-    batches = _batches(model, prompts, batch_size)
+    batches = prompt_batches(model, prompts, batch_size)
     signs = _signs(labels, len(prompts), batch_size)
 
     def m(circuit: Circuit | None, inside: bool = False) -> float:
@@ -327,13 +328,13 @@ def _ig_layer(
         state: dict[str, torch.Tensor] = {}
 
         def patch(x: torch.Tensor, hook: Any, alpha: float = alpha, state=state) -> torch.Tensor:
-            z = _dense(sae.encode(x)).detach()
+            z = to_dense(sae.encode(x)).detach()
             path = torch.where(mask, mean + alpha * (z - mean), z).requires_grad_(True)
             state["clean"], state["path"], state["read"] = z, path, path
             return sae.decode(path) + (x - sae.decode(z)).detach()
 
         def read(x: torch.Tensor, hook: Any, state=state) -> torch.Tensor:
-            state["read"] = _dense(reader.encode(x))
+            state["read"] = to_dense(reader.encode(x))
             return x
 
         hooks: list[Hook] = [(str(sae.cfg.metadata.hook_name), patch)]
@@ -372,7 +373,7 @@ def attribution_scores(
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     start = time.perf_counter()
-    batches = _batches(model, prompts, batch_size)
+    batches = prompt_batches(model, prompts, batch_size)
     signs = _signs(labels, len(prompts), batch_size)
     totals = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
     for (tokens, real), sign in zip(batches, signs, strict=True):
