@@ -1,6 +1,6 @@
-"""The paper profile of the SAE-feature section, run offline with GPT-2's tokenizer mirrored
-locally: it must go as far as the model download and stop there with the loader's message saying
-what to download and where."""
+"""The paper profile of the SAE-feature sections, run offline with GPT-2's tokenizer mirrored
+locally: each must go as far as the model download and stop there with the loader's message
+saying what to download and where."""
 
 from __future__ import annotations
 
@@ -17,8 +17,21 @@ TOKENIZER_DIR = ROOT.parent / "shared" / "data" / "gpt2-tokenizer"
 
 
 @pytest.mark.slow
-def test_cola_circuits_on_the_paper_profile_stops_at_the_download_boundary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("section", "model", "repo", "dataset"),
+    [
+        ("cola_circuits", "gpt2", "gpt2", "cola"),
+        ("faithfulness", "gpt2", "gpt2", "cola"),
+        ("bias_in_bios", "pythia-70m-deduped", "EleutherAI/pythia-70m-deduped", "bias_in_bios"),
+    ],
+)
+def test_paper_profile_stops_at_the_download_boundary(
+    section: str,
+    model: str,
+    repo: str,
+    dataset: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in ("_toc.yml", "notebooks"):
         source = ROOT / name
@@ -31,13 +44,14 @@ def test_cola_circuits_on_the_paper_profile_stops_at_the_download_boundary(
     monkeypatch.setenv("CIRCUITLASSO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CIRCUITLASSO_MIRROR", str(TOKENIZER_DIR))  # the tokenizer is mirrored
     project = rp.Project(tmp_path)
-    parameters = rp.resolve_parameters(project, "paper", "cola_circuits", {})
-    assert parameters["model_name"] == "gpt2" and parameters["dataset"] == "cola"
+    parameters = rp.resolve_parameters(project, "paper", section, {})
+    assert parameters["model_name"] == model and parameters["dataset"] == dataset
     with pytest.raises(rp.ReproduceError) as failure:
-        rp.run_section(project, "cola_circuits", parameters, progress=False)
+        rp.run_section(project, section, parameters, progress=False)
     message = str(failure.value)
     assert "ResourceUnavailableError" in message, message
-    assert "cannot load model 'gpt2' from the Hugging Face hub repo 'gpt2'" in message, message
-    executed = nbformat.read(project.executed("cola_circuits"), as_version=4)
+    expected = f"cannot load model '{model}' from the Hugging Face hub repo '{repo}'"
+    assert expected in message, message
+    executed = nbformat.read(project.executed(section), as_version=4)
     errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
-    assert "hf download gpt2" in errors[0]["evalue"], errors[0]["evalue"]
+    assert f"hf download {repo}" in errors[0]["evalue"], errors[0]["evalue"]
