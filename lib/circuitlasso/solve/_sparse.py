@@ -30,6 +30,13 @@ def csr_from_parts(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int
         return torch.sparse_csr_tensor(crow, col, val, size=shape)
 
 
+def csr_from_dense(a: Tensor) -> Tensor:
+    """A dense (n, m) tensor as CSR (exact zeros dropped), without torch's beta notices."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return a.to_sparse_csr()
+
+
 def row_ids(csr: Tensor) -> Tensor:
     """(nnz,) row index of every stored entry of a CSR tensor."""
     crow = csr.crow_indices()
@@ -125,26 +132,21 @@ def padded_rows(csr: Tensor) -> tuple[Tensor, Tensor]:
     return W, b
 
 
-class SortedLookup:
-    """Values of a sparse (n, n) matrix looked up by (row, column) pairs with a binary search."""
+def block_products(rows_csr: Tensor, W: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Gram blocks (B, K, K) and cross products (B, K) of the row sets W (B, K) of a CSR (n, M):
+    block j holds the inner products of rows W[j] with each other and with y[j] (y: (B, M)).
 
-    def __init__(self, csr: Tensor) -> None:
-        self.n = csr.shape[1]
-        keys = row_ids(csr) * self.n + csr.col_indices()
-        values = csr.values()
-        if keys.numel() > 1 and bool((keys[1:] < keys[:-1]).any()):
-            keys, order = torch.sort(keys)
-            values = values[order]
-        self.keys, self.values = keys, values
-
-    def __call__(self, rows: Tensor, cols: Tensor) -> Tensor:
-        """Entries at broadcast (rows, cols) index tensors; absent entries are 0."""
-        query = (rows * self.n + cols).reshape(-1)
-        if self.keys.numel() == 0:
-            return torch.zeros(query.shape, dtype=self.values.dtype, device=query.device).reshape(
-                torch.broadcast_shapes(rows.shape, cols.shape)
-            )
-        pos = torch.searchsorted(self.keys, query).clamp_(max=self.keys.numel() - 1)
-        found = self.keys[pos] == query
-        out = torch.where(found, self.values[pos], torch.zeros((), dtype=self.values.dtype))
-        return out.reshape(torch.broadcast_shapes(rows.shape, cols.shape))
+    The K rows of block j are moved to their own column range [j M, (j + 1) M), so one sparse
+    product of the stacked rows with their transpose computes within-block products only.
+    """
+    B, K = W.shape
+    M = rows_csr.shape[1]
+    picked = csr_rows(rows_csr, W.reshape(-1))
+    block = torch.arange(B, device=W.device).repeat_interleave(K)
+    cols = picked.col_indices() + block[row_ids(picked)] * M
+    stacked = csr_from_parts(picked.crow_indices(), cols, picked.values(), (B * K, B * M))
+    product = stacked @ csr_transpose(stacked)
+    gram = torch.zeros(B * K * K, dtype=picked.values().dtype, device=W.device)
+    gram[row_ids(product) * K + product.col_indices() % K] = product.values()
+    cross = stacked @ y.reshape(B * M, 1).to(picked.values().dtype)
+    return gram.view(B, K, K), cross.view(B, K)

@@ -24,7 +24,6 @@ from circuitlasso.solve.problems import (
     DenseProblem,
     GramProblem,
     LassoProblem,
-    SparseGram,
     SparseProblem,
     scaled_sparse,
 )
@@ -144,7 +143,6 @@ class _SharedDesign:
         if self.sparse:
             self.x_t = csr_transpose(x)
             self.xs_t = csr_transpose(scaled_sparse(x, self.norms))
-            self.gram_source = SparseGram(self.xs_t)
             self.mu = (self.mean * inverse).to(x.dtype)
         else:
             self.xc = (x - self.mean.to(x.dtype)) * inverse.to(x.dtype)
@@ -155,9 +153,7 @@ class _SharedDesign:
         if self.sparse:
             x_pred = csr_transpose(csr_rows(self.xs_t, predictors))
             mu = self.mu[predictors] if self.fit_intercept else None
-            return SparseProblem(
-                x_pred, mu, csr_rows(self.x_t, targets), self.gram_source, predictors
-            )
+            return SparseProblem(x_pred, mu, csr_rows(self.x_t, targets))
         if self.gram is not None:
             cross_t = (
                 self.gram[targets][:, predictors] * self.norms[targets].to(self.x.dtype)[:, None]

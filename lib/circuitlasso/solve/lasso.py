@@ -12,6 +12,7 @@ from circuitlasso.solve._inputs import Matrix
 from circuitlasso.solve.fista import StopRule
 from circuitlasso.solve.prepare import Prepared, check_lam, prepare, scaled_init
 from circuitlasso.solve.problems import GRAM_BUDGET
+from circuitlasso.solve.screen import Ranking, score
 from circuitlasso.solve.workset import WorkingSetSolution, solve_working_sets
 
 
@@ -172,15 +173,16 @@ def lam_max(
 
 def prepared_lam_max(prepared: Prepared, normalize: bool) -> Tensor:
     problem = prepared.problem
-    omega = prepared.omega(normalize).to(problem.dtype)
+    omega = prepared.omega(normalize)
     out = torch.zeros(problem.n_outputs, dtype=torch.float64)
-    step = max(1, GRAM_BUDGET // max(1, problem.n_features))
-    empty = torch.zeros(0, dtype=torch.int64)
+    step = max(1, GRAM_BUDGET // max(1, 4 * problem.n_features))
+    ranking = Ranking(problem.mu, omega)
     for start in range(0, problem.n_outputs, step):
         cols = torch.arange(start, min(start + step, problem.n_outputs))
-        W = empty.expand(cols.numel(), 0)
-        g, _, _ = problem.gradient(cols, W, torch.zeros(W.shape, dtype=problem.dtype))
-        out[cols] = (g.abs() / omega).amax(1).double() / problem.n_obs
+        W = torch.zeros(cols.numel(), 0, dtype=torch.int64)
+        grad, _, _ = problem.gradient(cols, W, torch.zeros(W.shape, dtype=problem.dtype))
+        ones = torch.ones(cols.numel(), dtype=torch.float64)
+        out[cols] = score(grad, ranking, W, W.bool(), ones, 1).max_score / problem.n_obs
     return out
 
 

@@ -3,13 +3,17 @@
 A problem holds predictors X~ (M, p) whose columns are centered (when an intercept is fitted)
 and scaled to unit l2 norm, and targets y_j (centered likewise). The working-set engine only
 asks a problem for
-  - `gram(W)`: Gram blocks X~_W^T X~_W for index sets W (B, K) -> (B, K, K), and
-  - `gradient(cols, W, b)`: g = X~^T r (B, p) with r = y_c - X~_W b for outputs `cols`, plus
-    ||r||^2 and <y_c, r> (float64).
+  - `subproblem(cols, W)`: Gram blocks X~_W^T X~_W (B, K, K) and cross products X~_W^T y_c
+    (B, K) for outputs `cols` (B,) and their index sets W (B, K), and
+  - `gradient(cols, W, b)`: g = X~^T r (B, p) with r = y_c - X~_W b for outputs `cols`, as a
+    sparse part and a rank-one intercept term (`screen.Gradient`), plus ||r||^2 and <y_c, r>
+    (float64).
 Three implementations trade memory for speed:
   - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
-  - `SparseProblem`: sparse X (and sparse or dense Y); Gram entries looked up in a sparse Gram;
-    residuals stay sparse, so a gradient costs about (active rows of r) x (nnz per row of X).
+  - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks by one block-diagonal sparse
+    product per batch;
+    residuals and gradients stay sparse, so a gradient costs about (active rows of r) x (nnz per
+    row of X).
   - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
 """
 
@@ -21,7 +25,8 @@ import torch
 from torch import Tensor
 
 from circuitlasso.solve._sparse import (
-    SortedLookup,
+    block_products,
+    csr_from_dense,
     csr_from_padded,
     csr_rows,
     csr_transpose,
@@ -30,9 +35,12 @@ from circuitlasso.solve._sparse import (
     scale_columns,
     subtract,
 )
+from circuitlasso.solve.screen import Gradient
 
 GRAM_BUDGET = 2**26
 """Entries of a (B, K, K) or (B, p) work tensor allowed at once (256 MiB in float32)."""
+BLOCK_OUTPUTS = 256
+"""Outputs per block-diagonal sparse product (larger ones sort more entries at once)."""
 
 
 class LassoProblem(Protocol):
@@ -42,12 +50,15 @@ class LassoProblem(Protocol):
     dtype: torch.dtype
     yty: Tensor
     """(d,) float64 squared norm of each centered target."""
+    mu: Tensor | None
+    """(p,) means of the scaled columns when centering is implicit (see `Gradient`), else None."""
 
-    def gram(self, W: Tensor) -> Tensor:
-        """Gram blocks (B, K, K) of the scaled predictors for index sets W (B, K)."""
+    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
+        """For outputs `cols` (B,) with index sets W (B, K): Gram blocks X~_W^T X~_W (B, K, K)
+        and cross products X~_W^T y_c (B, K)."""
         ...
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
         """For outputs `cols` (B,) with coefficients b (B, K) on features W (B, K): X~^T r (B, p),
         ||r||^2 (B,) and <y_c, r> (B,), r = y_c - X~_W b. Padding entries carry b = 0."""
         ...
@@ -66,17 +77,18 @@ class GramProblem:
         self.n_features = gram.shape[0]
         self.n_outputs = cross_t.shape[0]
         self.dtype = gram.dtype
+        self.mu: Tensor | None = None
 
-    def gram(self, W: Tensor) -> Tensor:
-        return self.G[W.unsqueeze(2), W.unsqueeze(1)]
+    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
+        return self.G[W.unsqueeze(2), W.unsqueeze(1)], self.Ct[cols].gather(1, W)
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
         c = self.Ct[cols]
         Gb = _dense_from_padded(W, b, self.n_features) @ self.G
         cb = (c.gather(1, W).double() * b.double()).sum(1)
         bGb = (Gb.gather(1, W).double() * b.double()).sum(1)
         yty = self.yty[cols]
-        return c - Gb, yty - 2 * cb + bGb, yty - cb
+        return Gradient(csr_from_dense(c - Gb), None), yty - 2 * cb + bGb, yty - cb
 
 
 class DenseProblem:
@@ -89,29 +101,26 @@ class DenseProblem:
         self.n_features, self.n_obs = self.Xt.shape
         self.n_outputs = y_centered_t.shape[0]
         self.dtype = x_scaled.dtype
+        self.mu: Tensor | None = None
 
-    def gram(self, W: Tensor) -> Tensor:
+    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
         B, K = W.shape
-        out = torch.empty(B, K, K, dtype=self.Xt.dtype, device=self.Xt.device)
+        gram = torch.empty(B, K, K, dtype=self.Xt.dtype, device=self.Xt.device)
+        cross = torch.empty(B, K, dtype=self.Xt.dtype, device=self.Xt.device)
         step = max(1, GRAM_BUDGET // max(1, K * self.n_obs))
         for start in range(0, B, step):
-            cols = self.Xt[W[start : start + step]]  # (b, K, M)
-            out[start : start + step] = cols @ cols.transpose(1, 2)
-        return out
+            part = slice(start, start + step)
+            x = self.Xt[W[part]]  # (b, K, M)
+            gram[part] = x @ x.transpose(1, 2)
+            cross[part] = (x @ self.Yt[cols[part]].unsqueeze(2)).squeeze(2)
+        return gram, cross
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
         y = self.Yt[cols]
         r = y - _dense_from_padded(W, b, self.n_features) @ self.Xt
         rr = (r.double() ** 2).sum(1)
         yr = (y.double() * r.double()).sum(1)
-        return r @ self.Xt.t(), rr, yr
-
-
-class SparseGram:
-    """Sparse Gram of scaled sparse columns, shared by the problems built on those columns."""
-
-    def __init__(self, x_scaled_t: Tensor) -> None:
-        self.lookup = SortedLookup(x_scaled_t @ csr_transpose(x_scaled_t))
+        return Gradient(csr_from_dense(r @ self.Xt.t()), None), rr, yr
 
 
 class SparseProblem:
@@ -119,21 +128,14 @@ class SparseProblem:
 
     x_scaled: (M, p) CSR of the scaled uncentered columns X_s; mu: (p,) column means of X_s or
     None (no intercept); y_t: (d, M) targets as CSR rows or dense rows, uncentered.
-    `gram_source` and `feature_ids` let several problems share one sparse Gram over a larger
-    set of columns (feature_ids: (p,) their indices in it).
+    Products run in float64 whatever the inputs' dtype: X is small next to the work on it, and
+    the certificate then sees the same numbers as the subproblems, not two float32 roundings.
     """
 
-    def __init__(
-        self,
-        x_scaled: Tensor,
-        mu: Tensor | None,
-        y_t: Tensor,
-        gram_source: SparseGram | None = None,
-        feature_ids: Tensor | None = None,
-    ) -> None:
-        self.Xs = x_scaled
-        self.Xst = csr_transpose(x_scaled)
-        self.mu = mu
+    def __init__(self, x_scaled: Tensor, mu: Tensor | None, y_t: Tensor) -> None:
+        self.Xs = x_scaled.to(torch.float64)
+        self.Xst = csr_transpose(self.Xs)
+        self.mu = mu.double() if mu is not None else None
         self.Yt = y_t
         self.n_obs, self.n_features = x_scaled.shape
         self.n_outputs = y_t.shape[0]
@@ -143,47 +145,40 @@ class SparseProblem:
         y_sum = _row_sums(y_t)
         self.ybar = y_sum / self.n_obs if mu is not None else None
         self.yty = self.yty_raw - (y_sum**2 / self.n_obs if mu is not None else 0.0)
-        self._gram_source = gram_source
-        self._feature_ids = feature_ids
 
-    def _lookup(self) -> SortedLookup:
-        if self._gram_source is None:
-            self._gram_source = SparseGram(self.Xst)
-        return self._gram_source.lookup
-
-    def gram(self, W: Tensor) -> Tensor:
-        ids = W if self._feature_ids is None else self._feature_ids[W]
+    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
         B, K = W.shape
-        out = torch.empty(B, K, K, dtype=self.Xs.dtype, device=W.device)
-        step = max(1, GRAM_BUDGET // max(1, K * K))
-        lookup = self._lookup()
-        for s in range(0, B, step):
-            w = ids[s : s + step]
-            out[s : s + step] = lookup(w.unsqueeze(2), w.unsqueeze(1))
-        if self.mu is not None:
+        gram = torch.empty(B, K, K, dtype=torch.float64, device=W.device)
+        cross = torch.empty(B, K, dtype=torch.float64, device=W.device)
+        for start in range(0, B, BLOCK_OUTPUTS):
+            part = slice(start, start + BLOCK_OUTPUTS)
+            y = csr_rows(self.Yt, cols[part]).to_dense() if self.sparse_y else self.Yt[cols[part]]
+            gram[part], cross[part] = block_products(self.Xst, W[part], y)
+        if self.mu is not None and self.ybar is not None:
             m = self.mu[W]
-            out -= self.n_obs * m.unsqueeze(2) * m.unsqueeze(1)
-        return out
+            gram -= self.n_obs * m.unsqueeze(2) * m.unsqueeze(1)
+            cross -= (self.n_obs * self.ybar[cols]).unsqueeze(1) * m
+        return gram, cross
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
         M = self.n_obs
-        y = csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]
-        fitted = csr_from_padded(W, b, self.n_features) @ self.Xst  # (B, M) CSR
+        y = (csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]).to(torch.float64)
+        fitted = csr_from_padded(W, b.double(), self.n_features) @ self.Xst  # (B, M) CSR
         fitted_sq = row_sq_sums(fitted)
         if self.sparse_y:
             u = subtract(y, fitted)
-            g = (u @ self.Xs).to_dense()
+            g = u @ self.Xs
             u_sq, u_sum = row_sq_sums(u), _row_sums(u)
         else:
             u = y - fitted.to_dense()
-            g = (self.Xst @ u.t()).t()
+            g = csr_from_dense((self.Xst @ u.t()).t())
             u_sq, u_sum = (u.double() ** 2).sum(1), u.double().sum(1)
         yu = (self.yty_raw[cols] + u_sq - fitted_sq) / 2
         if self.mu is None or self.ybar is None:
-            return g, u_sq, yu
+            return Gradient(g, None), u_sq, yu
         ubar = u_sum / M
-        g -= (M * ubar).to(g.dtype).unsqueeze(1) * self.mu.unsqueeze(0)
-        return g, u_sq - M * ubar**2, yu - M * self.ybar[cols] * ubar
+        gradient = Gradient(g, (M * ubar).to(g.dtype))
+        return gradient, u_sq - M * ubar**2, yu - M * self.ybar[cols] * ubar
 
 
 def _row_sums(y_t: Tensor) -> Tensor:
