@@ -14,7 +14,8 @@ Three problems, every method measured in the same run, same data, same penalty, 
            to the intercept) and C = 1 / (lam M). liblinear penalizes its intercept column, so it
            gets intercept_scaling=1e4 (a penalty of lam |b| / 1e4 on the intercept).
 Peers are single-threaded and fit one output per call (after one untimed warm-up fit); ours
-uses `--threads` torch threads. The tolerance is the duality gap rule of scikit-learn and celer: gap_j <= tol * ||y_j||^2 / M.
+uses `--threads` torch threads. The tolerance is the duality gap rule of scikit-learn and celer:
+gap_j <= tol * ||y_j||^2 / M.
 skglm stops on KKT violation instead, so it gets tol * lam_j as that bound. Every method's
 achieved gap is then recomputed here with one function, from its coefficients. For the logistic
 problem every method's objective is recomputed here and compared with the best one found.

@@ -10,8 +10,8 @@ asks a problem for
     (float64).
 Three implementations trade memory for speed:
   - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
-  - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks by one block-diagonal sparse
-    product per batch;
+  - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks from a dense Gram for
+    moderate p, else by one block-diagonal sparse product per batch;
     residuals and gradients stay sparse, so a gradient costs about (active rows of r) x (nnz per
     row of X).
   - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
@@ -39,6 +39,8 @@ from circuitlasso.solve.screen import Gradient
 
 GRAM_BUDGET = 2**26
 """Entries of a (B, K, K) or (B, p) work tensor allowed at once (256 MiB in float32)."""
+DENSE_GRAM_ENTRIES = 2**24
+"""Largest p x p Gram of sparse columns kept dense (128 MiB in float64)."""
 BLOCK_OUTPUTS = 256
 """Outputs per block-diagonal sparse product (larger ones sort more entries at once)."""
 
@@ -130,11 +132,15 @@ class SparseProblem:
     None (no intercept); y_t: (d, M) targets as CSR rows or dense rows, uncentered.
     Products run in float64 whatever the inputs' dtype: X is small next to the work on it, and
     the certificate then sees the same numbers as the subproblems, not two float32 roundings.
+    Gram blocks come from the dense Gram of the scaled columns when it is small (p^2 <=
+    DENSE_GRAM_ENTRIES), else from one block-diagonal sparse product per batch of outputs.
     """
 
     def __init__(self, x_scaled: Tensor, mu: Tensor | None, y_t: Tensor) -> None:
         self.Xs = x_scaled.to(torch.float64)
         self.Xst = csr_transpose(self.Xs)
+        p = x_scaled.shape[1]
+        self.G = (self.Xst @ self.Xs).to_dense() if p * p <= DENSE_GRAM_ENTRIES else None
         self.mu = mu.double() if mu is not None else None
         self.Yt = y_t
         self.n_obs, self.n_features = x_scaled.shape
@@ -152,17 +158,27 @@ class SparseProblem:
         cross = torch.empty(B, K, dtype=torch.float64, device=W.device)
         for start in range(0, B, BLOCK_OUTPUTS):
             part = slice(start, start + BLOCK_OUTPUTS)
-            y = csr_rows(self.Yt, cols[part]).to_dense() if self.sparse_y else self.Yt[cols[part]]
-            gram[part], cross[part] = block_products(self.Xst, W[part], y)
+            y = self._target_rows(cols[part])
+            if self.G is None:
+                gram[part], cross[part] = block_products(self.Xst, W[part], y.to_dense())
+                continue
+            w = W[part]
+            gram[part] = self.G[w.unsqueeze(2), w.unsqueeze(1)]
+            x_y = y @ self.Xs if self.sparse_y else (self.Xst @ y.t()).t()
+            cross[part] = x_y.to_dense().gather(1, w)
         if self.mu is not None and self.ybar is not None:
             m = self.mu[W]
             gram -= self.n_obs * m.unsqueeze(2) * m.unsqueeze(1)
             cross -= (self.n_obs * self.ybar[cols]).unsqueeze(1) * m
         return gram, cross
 
+    def _target_rows(self, cols: Tensor) -> Tensor:
+        """Targets of outputs `cols` (B,) as float64 rows (B, M): CSR or dense, as stored."""
+        return (csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]).to(torch.float64)
+
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
         M = self.n_obs
-        y = (csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]).to(torch.float64)
+        y = self._target_rows(cols)
         fitted = csr_from_padded(W, b.double(), self.n_features) @ self.Xst  # (B, M) CSR
         fitted_sq = row_sq_sums(fitted)
         if self.sparse_y:
