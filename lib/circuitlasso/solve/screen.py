@@ -140,11 +140,10 @@ def _first_free_nu(S: Tensor, ranking: Ranking, taken: Tensor) -> Tensor:
     p = S.shape[1]
     out = torch.zeros(B, dtype=torch.float64, device=taken.device)
     todo = torch.arange(B, device=taken.device)
+    rows, rank = row_ids(S), ranking.rank[S.col_indices()]
     start = n
     while todo.numel() and start < p:
         stop = min(p, 4 * max(start, 1))
-        rows = row_ids(S)
-        rank = ranking.rank[S.col_indices()]
         inside = (rank >= start) & (rank < stop)
         block = torch.zeros(B, stop - start, dtype=torch.bool, device=taken.device)
         block[rows[inside], rank[inside] - start] = True
