@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install book test lint typecheck unit nbval baseline clean
+.PHONY: install book test checks lint typecheck unit nbval nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,10 +32,21 @@ typecheck: install
 unit: install
 	$(BIN)/pytest tests
 
-nbval: install
-	$(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks
+NBVAL := $(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks
 
-test: lint typecheck unit nbval
+nbval: install
+	$(NBVAL)
+
+# the same checks with the rounding of another machine (see tests/perturbed-fp)
+nbval-perturbed: install
+	tests/perturbed-fp $(NBVAL)
+
+# the perturbed pass runs on one thread, so it shares the machine with the others; each pass's
+# output is printed whole when it ends
+test: lint typecheck
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks
+
+checks: unit nbval nbval-perturbed
 
 baseline: install
 	$(BIN)/circuitlasso reproduce --profile toy --update-baseline

@@ -44,10 +44,11 @@ change a one-standard-deviation move of a feature makes, summed over its paths t
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import networkx as nx
 import numpy as np
@@ -65,6 +66,7 @@ from circuitlasso.trace import LayerRegressions, feature_std, node_name
 
 Circuit = Mapping[int, Collection[int]]  # layer -> features
 Node = tuple[int, int]  # (layer, feature)
+T = TypeVar("T")
 Hook = tuple[str | Callable[..., Any], Callable[..., Any]]  # TransformerLens forward hook
 
 
@@ -249,6 +251,20 @@ def rank_features(scores: Mapping[int, np.ndarray]) -> list[Node]:
     nodes = [(layer, int(f)) for layer, s in scores.items() for f in np.flatnonzero(s)]
     values = np.array([abs(scores[layer][f]) for layer, f in nodes])
     return [nodes[i] for i in np.argsort(-values, kind="stable")]
+
+
+def random_ranking(items: Sequence[T], seed: int) -> list[T]:
+    """``items`` in a seeded random order, the baseline ranking of a sweep.
+
+    Each item's place comes from a hash of the item and ``seed`` alone, so removing or adding a
+    few items (a solver keeping a marginal edge on one machine and not on another) leaves the
+    order of all the others unchanged, where a permutation of the list would reshuffle it.
+    """
+
+    def key(item: T) -> bytes:
+        return hashlib.blake2b(f"{seed}:{item!r}".encode(), digest_size=8).digest()
+
+    return sorted(items, key=key)
 
 
 def _circuit(nodes: Sequence[Node]) -> dict[int, set[int]]:

@@ -22,6 +22,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     plans = {s: rp.resolve_parameters(project, args.profile, s, per_section[s]) for s in chosen}
     if args.update_baseline and (args.profile != "toy" or overrides):
         raise rp.ReproduceError("--update-baseline needs the toy profile and no -p overrides")
+    if args.check and overrides:
+        raise rp.ReproduceError("--check compares with the profile's reference: no -p overrides")
     for section, parameters in plans.items():
         print(f"[{section}] profile={args.profile} parameters={json.dumps(parameters)}", flush=True)
         out = rp.run_section(project, section, parameters, progress=not args.no_progress)
@@ -30,7 +32,15 @@ def _reproduce(args: argparse.Namespace) -> int:
             rp.update_baseline(project, section)
             print(f"[{section}] updated template outputs {project.template(section)}", flush=True)
     print(f"wrote {rp.write_build_info(project)}")
-    return 0
+    if not args.check:
+        return 0
+    problems = rp.check_summaries(project, args.profile, chosen)
+    for section, found in problems.items():
+        verdict = "matches the reference" if not found else f"{len(found)} departure(s)"
+        print(f"[{section}] summary {verdict}: {project.reference(args.profile)}")
+        for line in found:
+            print(f"  {line}")
+    return 1 if any(problems.values()) else 0
 
 
 def _toy_build(args: argparse.Namespace) -> int:
@@ -101,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after running on the toy profile, copy the outputs into the templates "
         "(the nbval regression baseline)",
+    )
+    rep.add_argument(
+        "--check",
+        action="store_true",
+        help="after running, compare each section's JSON summary with the profile's reference "
+        "(notebooks/reference/PROFILE.yaml: values and tolerances); exit 1 on any departure",
     )
     rep.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
     rep.set_defaults(func=_reproduce)

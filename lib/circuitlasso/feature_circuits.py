@@ -89,13 +89,15 @@ def fit_layer_pair(
     min_prompts: int = 1,
     tol: float = 1e-4,
     progress: bool = False,
+    device: torch.device | str | None = None,
 ) -> LayerPairFit:
     """Lasso of child features ``Z_child[:, children]: (M, k)`` on ``Z_parent: (M, D_parent)``
     (all child features if ``children`` is None), each with ``lam = lam_ratio * lam_max``.
 
     Only parents active on at least ``min_prompts`` prompts are predictors (see
     :func:`frequent_features`). A child that never varies has nothing to explain: its column is
-    zero and it counts as converged.
+    zero and it counts as converged. ``device``: where the solver runs (default the CPU); the
+    result is on the CPU either way.
     """
     if not 0 < lam_ratio < 1:
         raise ValueError(f"lam_ratio must be in (0, 1), got {lam_ratio}")
@@ -114,7 +116,7 @@ def fit_layer_pair(
     predictors = frequent_features(Z_parent, min_prompts)
     if len(varies) and len(predictors):
         design = sp.csr_matrix(Z_parent)[:, predictors]
-        top = lam_max(design, targets[:, varies], fit_intercept=True).numpy()
+        top = lam_max(design, targets[:, varies], fit_intercept=True, device=device).cpu().numpy()
         usable = varies[top > 0]
         lam[usable] = lam_ratio * top[top > 0]
         result = lasso(
@@ -123,19 +125,20 @@ def fit_layer_pair(
             lam[usable],
             fit_intercept=True,
             tol=tol,
+            device=device,
             progress=progress,
         )
-        fitted = _scipy(result.coef)
+        fitted = _scipy(result.coef.cpu())
         rows, cols = predictors[fitted.row], usable[fitted.col]
         values = fitted.data.astype(np.float32)
-        converged[usable] = result.converged.numpy()
+        converged[usable] = result.converged.cpu().numpy()
     shape = (Z_parent.shape[1], len(chosen))
     coef = sp.csc_matrix((values, (rows, cols)), shape=shape)
     return LayerPairFit(parent, child, chosen, coef, lam, converged)
 
 
 def _scipy(coef: torch.Tensor) -> sp.coo_matrix:
-    """A (sparse COO or dense) torch coefficient matrix as scipy COO."""
+    """A (sparse COO or dense) CPU torch coefficient matrix as scipy COO."""
     if coef.layout == torch.strided:
         return sp.coo_matrix(coef.numpy())
     coef = coef.coalesce()
@@ -159,11 +162,18 @@ class LabelFit:
 
 
 def fit_label(
-    Z: Features, y: Sequence | np.ndarray, lam: float, *, layer: int, min_prompts: int = 1
+    Z: Features,
+    y: Sequence | np.ndarray,
+    lam: float,
+    *,
+    layer: int,
+    min_prompts: int = 1,
+    device: torch.device | str | None = None,
 ) -> LabelFit:
     """l1-logistic regression of binary ``y: (M,)`` on the features of ``Z: (M, D)`` active on
     at least ``min_prompts`` prompts (``lam = 0``: unpenalized, by scikit-learn, since an l1
-    solver has nothing to do there); the other features get coefficient 0."""
+    solver has nothing to do there); the other features get coefficient 0. ``device``: where
+    the l1 solver runs (default the CPU)."""
     labels = binary_labels(y)
     if Z.shape[0] != len(labels):
         raise ValueError(f"features have {Z.shape[0]} prompts but there are {len(labels)} labels")
@@ -178,8 +188,8 @@ def fit_label(
         model = LogisticRegression(C=np.inf, max_iter=10_000).fit(design, labels)
         coef[keep] = model.coef_[0]
         return LabelFit(layer, coef, float(model.intercept_[0]), 0.0, True)
-    result = logistic_lasso(design, labels, lam, dtype=torch.float64)
-    coef[keep] = result.coef.numpy()
+    result = logistic_lasso(design, labels, lam, dtype=torch.float64, device=device)
+    coef[keep] = result.coef.cpu().numpy()
     return LabelFit(layer, coef, float(result.intercept), lam, bool(result.converged))
 
 
@@ -200,14 +210,15 @@ def lam_ablation(
     min_prompts: int = 1,
     validation_fraction: float = 0.2,
     seed: int = 0,
+    device: torch.device | str | None = None,
 ) -> tuple[pd.DataFrame, float]:
     """The paper's lam ablation (App. C.2) and a choice of lam that never sees the test set.
 
     Per ``lam``: train loss (mean cross-entropy), l1 norm of the coefficients, nonzero
     coefficients, train accuracy, accuracy on a seeded ``validation_fraction`` of the training
     prompts when fit on the rest, test loss and accuracy. The chosen lam has the best validation
-    accuracy (ties: the larger lam, i.e. the sparser circuit). ``min_prompts`` as in
-    :func:`fit_label`. Returns the table and the choice.
+    accuracy (ties: the larger lam, i.e. the sparser circuit). ``min_prompts`` and ``device`` as
+    in :func:`fit_label`. Returns the table and the choice.
     """
     y_tr, y_te = binary_labels(y_train), binary_labels(y_test)
     Z_train, Z_test = sp.csr_matrix(Z_train), sp.csr_matrix(Z_test)
@@ -216,9 +227,9 @@ def lam_ablation(
     val, fit_rows = order[:n_val], order[n_val:]
     rows = []
     for lam in lams:
-        fit = fit_label(Z_train, y_tr, lam, layer=layer, min_prompts=min_prompts)
+        fit = fit_label(Z_train, y_tr, lam, layer=layer, min_prompts=min_prompts, device=device)
         held = fit_label(Z_train[fit_rows], y_tr[fit_rows], lam, layer=layer,
-                         min_prompts=min_prompts)  # fmt: skip
+                         min_prompts=min_prompts, device=device)  # fmt: skip
         train, test = _scores(fit, Z_train, y_tr), _scores(fit, Z_test, y_te)
         rows.append(
             {

@@ -45,7 +45,8 @@ def token_values(
         batch[row, : len(ids)] = ids  # right padding: a causal model's real positions ignore it
     _, cache = model.run_with_cache(batch, names_filter=hook, stop_at_layer=stop)
     values = sae.encode(cache[hook])[..., feature]
-    return [values[row, 1 : len(ids)].float().numpy() for row, ids in enumerate(tokens)]
+    values = values.float().cpu()  # on the model's device until here
+    return [values[row, 1 : len(ids)].numpy() for row, ids in enumerate(tokens)]
 
 
 def _words(model: HookedTransformer, ids: torch.Tensor) -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import torch
 
 from circuitlasso.cache import atomic_path
 from circuitlasso.feature_circuits import Features, LabelFit, LayerPairFit, fit_layer_pair
@@ -33,14 +34,21 @@ def node_name(layer: int, feature: int) -> str:
 
 class LayerRegressions:
     """Layer-pair Lasso fits on demand: ``parents(l, features)`` fits the columns of
-    ``A_{l-1,l}`` for the child ``features`` of layer ``l`` not fit before, and keeps them."""
+    ``A_{l-1,l}`` for the child ``features`` of layer ``l`` not fit before, and keeps them.
+    ``device``: where the solver runs (see :func:`fit_layer_pair`)."""
 
     def __init__(
-        self, Z: dict[int, Features], lam_ratio: float, min_prompts: int = 1, tol: float = 1e-4
+        self,
+        Z: dict[int, Features],
+        lam_ratio: float,
+        min_prompts: int = 1,
+        tol: float = 1e-4,
+        device: torch.device | str | None = None,
     ) -> None:
         if len(Z) < 2:
             raise ValueError(f"need features of at least 2 layers, got layers {sorted(Z)}")
         self.Z, self.lam_ratio, self.min_prompts, self.tol = Z, lam_ratio, min_prompts, tol
+        self.device = device
         self.layers = sorted(Z)
         self._fits: dict[int, dict[int, LayerPairFit]] = {layer: {} for layer in self.layers}
 
@@ -60,6 +68,7 @@ class LayerRegressions:
             fit = fit_layer_pair(
                 self.Z[below], self.Z[layer], self.lam_ratio,
                 parent=below, child=layer, children=new, min_prompts=self.min_prompts, tol=self.tol,
+                device=self.device,
             )  # fmt: skip
             known.update({feature: fit for feature in new})
         return {int(f): known[int(f)] for f in features}

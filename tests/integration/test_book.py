@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -97,15 +96,24 @@ def test_api_reference_documents_the_library(built_book: Path) -> None:
 
 
 @pytest.mark.slow
-def test_faithfulness_leaves_its_curves_and_a_json_summary(built_book: Path) -> None:
+def test_every_section_summary_matches_the_toy_reference(built_book: Path) -> None:
+    # notebooks/reference/toy.yaml: each number's value and the tolerance another machine's
+    # rounding is allowed (checked there by running the book under tests/perturbed-fp)
+    problems = rp.check_summaries(rp.Project(built_book), "toy")
+    assert problems == {section: [] for section in problems}
+
+
+@pytest.mark.slow
+def test_faithfulness_curves_csv_holds_the_swept_values(built_book: Path) -> None:
     project = rp.Project(built_book)
     curves = pd.read_csv(project.executed("faithfulness").with_suffix(".csv"))
+    summary = rp.read_summary(project.executed("faithfulness"))
     assert set(curves["ablation"]) == {"node", "edge"}
-    node = curves[curves["ablation"] == "node"]
-    assert {"CircuitLasso", "IG attribution", "random"} == set(node["method"])
-    assert node["faithfulness"].between(-0.5, 1.5).all()
-    last = nbformat.read(project.executed("faithfulness"), as_version=4).cells[-1]
-    summary = json.loads(last.outputs[-1]["text"].strip().splitlines()[-1])
-    assert set(summary["features_for_faithfulness_0.8"]) == {"CircuitLasso", "IG attribution",
-                                                               "random"}  # fmt: skip
-    assert all(seconds > 0 for seconds in summary["seconds"].values())
+    for ablation in ("node", "edge"):
+        table = curves[curves["ablation"] == ablation]
+        found = {m: dict(zip(t["n"].astype(str), t["faithfulness"], strict=True))
+                 for m, t in table.groupby("method")}  # fmt: skip
+        expected = summary[f"{ablation}_faithfulness"]
+        assert found.keys() == expected.keys()
+        for method, points in expected.items():
+            assert points == pytest.approx({n: found[method][n] for n in points}, abs=1e-9)

@@ -3,7 +3,11 @@
 References: the unhooked model's cached activations averaged by hand, the collector's
 token-averaged SAE features with the SAE's decoder, the exact linearity of the probe in the
 features of its own layer, a forward pass with a whole layer zeroed (IG completeness), small
-frames whose accuracies are known, and the toy world's planted word categories.
+frames whose accuracies are known, the toy world's planted word categories, a synthetic feature
+matrix with a planted gender feature whose test rows come in gender-swapped twins (so a classifier
+blind to that feature has gender accuracy exactly 50), the fit with that column deleted, and
+every removal method's classifier rebuilt by hand from the collected features and pooled
+activations.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from circuitlasso.debias import (
     toy_truth,
     zero_columns,
 )
+from circuitlasso.feature_circuits import fit_label
 from circuitlasso.models import load_model, load_saes
 
 torch.set_num_threads(1)
@@ -174,6 +179,76 @@ def test_precision_recall_and_zeroed_columns() -> None:
     np.testing.assert_array_equal(Z.toarray(), [[0, 0, 2], [3, 0, 5]])
 
 
+GENDER, PROFESSION = 3, 5  # the planted columns of the synthetic features
+
+
+def planted_features(rng, professor: np.ndarray, male: np.ndarray) -> np.ndarray:
+    """``(M, 8)`` sparse nonnegative features: column GENDER fires on 90% of the men and 10% of
+    the women, column PROFESSION on 80% of the professors and 20% of the nurses, the rest noise."""
+    n = len(professor)
+    Z = rng.exponential(1.0, (n, 8)) * (rng.random((n, 8)) < 0.5)
+    Z[:, GENDER] = (rng.random(n) < np.where(male, 0.9, 0.1)) * (1 + rng.exponential(1.0, n))
+    Z[:, PROFESSION] = (rng.random(n) < np.where(professor, 0.8, 0.2)) * (
+        1 + rng.exponential(1.0, n)
+    )
+    return Z
+
+
+def test_zeroing_a_planted_gender_feature_removes_the_gender_leak() -> None:
+    rng = np.random.default_rng(0)
+    # ambiguous training set: the professors are the men, so gender predicts the profession
+    professor = np.repeat([True, False], 100)
+    Z = planted_features(rng, professor, male=professor)
+    y = professor.astype(int)
+    # balanced test set in twins: 100 rows, each once as a man and once as a woman, equal in
+    # every column but GENDER
+    twin = planted_features(rng, np.tile([True, False], 50), male=np.zeros(100, dtype=bool))
+    Z_test = np.vstack([twin, twin])
+    male = np.repeat([True, False], 100)
+    Z_test[:, GENDER] = (rng.random(200) < np.where(male, 0.9, 0.1)) * (
+        1 + rng.exponential(1.0, 200)
+    )
+    test = pd.DataFrame({"profession": np.where(np.tile([True, False], 100), *PROFESSIONS),
+                         "gender": np.where(male, "male", "female")})  # fmt: skip
+
+    fit = fit_label(sp.csr_matrix(Z), y, 1e-3, layer=LAST)
+    assert fit.coef[GENDER] > 1.0  # the classifier leans on gender (measured 1.56)
+    before = accuracies((fit.predict_proba(Z_test) > 0.5).astype(int), test, PROFESSIONS)
+    # measured: profession 64, gender 72 (the output follows gender), worst group 30
+    assert before["gender"] > 65.0
+
+    zeroed_test = zero_columns(sp.csr_matrix(Z_test), [GENDER])
+    by_hand = Z_test.copy()
+    by_hand[:, GENDER] = 0.0
+    np.testing.assert_array_equal(zeroed_test.toarray(), by_hand)
+    # CircuitLasso: the same classifier on the zeroed features is the classifier restricted to
+    # the other columns, blind to the gender column
+    others = [c for c in range(8) if c != GENDER]
+    restricted = 1 / (1 + np.exp(-(Z_test[:, others] @ fit.coef[others] + fit.intercept)))
+    np.testing.assert_allclose(fit.predict_proba(zeroed_test), restricted, rtol=1e-12)
+    after = accuracies((fit.predict_proba(zeroed_test) > 0.5).astype(int), test, PROFESSIONS)
+    # twins now get one prediction, right for one of the two genders: exactly 50; the profession
+    # column still carries some of the profession (measured accuracy 59)
+    assert after["gender"] == 50.0
+    assert after["profession"] > 55.0
+
+    # CircuitLasso-retrain: the refit on zeroed features is the fit with that column deleted
+    refit = fit_label(zero_columns(sp.csr_matrix(Z), [GENDER]), y, 1e-3, layer=LAST)
+    deleted = fit_label(sp.csr_matrix(Z[:, others]), y, 1e-3, layer=LAST)
+    assert refit.coef[GENDER] == 0.0
+    # the same solver on the same data (measured difference 0)
+    np.testing.assert_allclose(refit.coef[others], deleted.coef, atol=1e-9)
+    assert refit.intercept == pytest.approx(deleted.intercept, abs=1e-9)
+    retrained = (refit.predict_proba(zeroed_test) > 0.5).astype(int)
+    np.testing.assert_array_equal(
+        retrained, (deleted.predict_proba(Z_test[:, others]) > 0.5).astype(int)
+    )
+    retrain = accuracies(retrained, test, PROFESSIONS)
+    # measured: profession 77, gender 50, worst group 76: the refit leans on the profession
+    assert retrain["gender"] == 50.0
+    assert retrain["profession"] > before["profession"] + 10
+
+
 def test_bad_inputs_raise_errors_naming_the_problem(toy, splits, probe, tmp_path: Path) -> None:
     model, saes = toy
     with pytest.raises(ValueError, match="toy world has professions"):
@@ -244,3 +319,74 @@ def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(toy
     assert table.loc["SHIFT", "seconds"] > table.loc["ORIGINAL", "seconds"]
     assert len(result.candidates["SHIFT"]) == 10 and not result.candidates["SHIFT"]["removed"].any()
     assert table.loc["ORACLE", "worst_group"] > table.loc["ORIGINAL", "worst_group"]
+
+
+def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp_path: Path):
+    model, saes = toy
+    small = {name: frame.iloc[:120] for name, frame in splits.items()}
+    texts = {name: frame["text"].tolist() for name, frame in small.items()}
+    y = targets(small["ambiguous_train"], PROFESSIONS)
+    test = small["balanced_test"]
+
+    def collect(split: str) -> sp.csr_matrix:
+        return collect_sae_features(model, {LAST: saes[LAST]}, texts[split], batch_size=32,
+                                    cache_dir=tmp_path / split, progress=False)[LAST]  # fmt: skip
+
+    # SHIFT removes the four probe-layer features whose mean differs most between the men and
+    # the women of the balanced training set; by hand: the ORIGINAL probe, and a refit, on
+    # activations with those features zeroed in the forward pass
+    balanced = collect("balanced_train").toarray()
+    male = (small["balanced_train"]["gender"] == "male").to_numpy()
+    gap = np.abs(balanced[male].mean(0) - balanced[~male].mean(0))
+    gendered = [(LAST, int(f)) for f in np.argsort(-gap, kind="stable")[:4]]
+
+    def pool(split: str, zeroed=()) -> np.ndarray:
+        return pooled_activations(model, HOOK, texts[split], saes=saes, zeroed=zeroed,
+                                  batch_size=32)  # fmt: skip
+
+    X, X_test = pool("ambiguous_train"), pool("balanced_test")
+    original = fit_probe(X, y)
+    X_test_edited = pool("balanced_test", gendered)
+    by_hand = {
+        "ORIGINAL": original.predict(X_test),
+        "SHIFT": original.predict(X_test_edited),
+        "SHIFT-retrain": fit_probe(pool("ambiguous_train", gendered), y).predict(X_test_edited),
+    }
+    # CircuitLasso removes the six largest coefficients of A_{s,y} (lam 1e-3, compare_methods'
+    # default); by hand: the columns set to 0 by assignment, and the fit repeated without them
+    Z, Z_test = collect("ambiguous_train"), collect("balanced_test")
+    fit = fit_label(Z, y, 1e-3, layer=LAST)
+    top = [int(f) for f in np.argsort(-np.abs(fit.coef), kind="stable")[:6]]
+
+    def without(features: sp.csr_matrix) -> np.ndarray:
+        dense = features.toarray()
+        dense[:, top] = 0.0
+        return dense
+
+    refit = fit_label(sp.csr_matrix(without(Z)), y, 1e-3, layer=LAST)
+    assert (refit.coef[top] == 0).all() and np.count_nonzero(refit.coef) > 0
+    by_hand["CircuitLasso"] = (fit.predict_proba(without(Z_test)) > 0.5).astype(int)
+    by_hand["CircuitLasso-retrain"] = (refit.predict_proba(without(Z_test)) > 0.5).astype(int)
+    unedited = accuracies((fit.predict_proba(Z_test) > 0.5).astype(int), test, PROFESSIONS)
+
+    result = compare_methods(model, saes, LAST, small, PROFESSIONS, TOY_CONCEPTS, n_candidates=10,
+                             attribution_prompts=8, steps=2, label_prompts=32,
+                             shift_gender=[list(node) for node in gendered],
+                             circuitlasso_gender=[[LAST, f] for f in top],
+                             batch_size=32)  # fmt: skip
+    table = result.table
+    assert result.removed == {"SHIFT": gendered, "CircuitLasso": [(LAST, f) for f in top]}
+    expected = {name: accuracies(predictions, test, PROFESSIONS)
+                for name, predictions in by_hand.items()}  # fmt: skip
+    for name, row in expected.items():
+        assert table.loc[name, list(row)].to_dict() == row, name
+    assert table.loc[["SHIFT", "SHIFT-retrain"], "features"].tolist() == [4, 4]
+    assert table.loc[["CircuitLasso", "CircuitLasso-retrain"], "features"].tolist() == [6, 6]
+    # not vacuous (measured): the ORIGINAL probe follows gender (gender accuracy 94.2), SHIFT
+    # and its retrain follow it less (83.3 and 78.3); the classifier without its six largest
+    # coefficients' features loses the profession (accuracy 72.5 against 100), the refit gets
+    # it back (100)
+    assert expected["ORIGINAL"]["gender"] - expected["SHIFT"]["gender"] > 5
+    assert expected["ORIGINAL"]["gender"] - expected["SHIFT-retrain"]["gender"] > 10
+    assert expected["CircuitLasso"]["profession"] < unedited["profession"] - 20
+    assert expected["CircuitLasso-retrain"]["profession"] == unedited["profession"] == 100.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from circuitlasso import reproduce as rp
@@ -161,3 +162,83 @@ def test_update_baseline_refuses_a_copy_of_another_template(project: rp.Project)
     nbformat.write(nbformat.read(project.template("beta"), as_version=4), project.executed("alpha"))
     with pytest.raises(rp.ReproduceError, match="does not match its template"):
         rp.update_baseline(project, "alpha")
+
+
+# ---------------------------------------------------------------- summaries and the reference
+
+REFERENCE = {
+    "accuracy": {"value": 0.93, "abs": 0.01},
+    "seconds": {"unchecked": "wall time"},
+    "gap": {"max": 1e-10},
+    "lam": {"value": 1e-5},
+    "by_layer": {"0": {"value": 100.0, "rel": 0.1}, "1": {"min": 0.5, "max": 1.0}},
+}
+
+
+def _summary(**changes) -> dict:
+    summary = {"accuracy": 0.935, "seconds": 3.2, "gap": 1e-12, "lam": 1e-5,
+               "by_layer": {"0": 95.0, "1": 0.7}}  # fmt: skip
+    return {**summary, **changes}
+
+
+def test_a_summary_within_every_tolerance_matches() -> None:
+    assert rp.compare_summary(_summary(), REFERENCE) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"accuracy": 0.9199}, "accuracy: 0.9199 differs from 0.93 by more than 0.01"),
+        ({"gap": 2e-10}, "gap: 2e-10 is above its bound 1e-10"),
+        ({"lam": 1e-4}, "lam: 0.0001 != 1e-05"),
+        (
+            {"by_layer": {"0": 111.0, "1": 0.7}},
+            "by_layer.0: 111.0 differs from 100.0 by more than 10",
+        ),
+        ({"by_layer": {"0": 95.0, "1": 0.4}}, "by_layer.1: 0.4 is below its bound 0.5"),
+        ({"accuracy": "high"}, "accuracy: 'high' is not a number"),
+        ({"extra": 1}, "extra: in the summary but not in the reference"),
+    ],
+)
+def test_each_departure_is_named(changes: dict, expected: str) -> None:
+    assert rp.compare_summary(_summary(**changes), REFERENCE) == [expected]
+
+
+def test_a_missing_number_is_a_departure_and_unchecked_ones_are_not_compared() -> None:
+    summary = _summary(seconds=1e9)
+    del summary["gap"]
+    assert rp.compare_summary(summary, REFERENCE) == [
+        "gap: in the reference but not in the summary"
+    ]
+
+
+def test_the_summary_is_read_back_from_the_executed_notebook(project: rp.Project, capsys) -> None:
+    rp.print_summary({"n": np.int64(3), "values": np.arange(2.0), "ok": np.bool_(True),
+                      "recall": float("nan")})  # fmt: skip
+    line = capsys.readouterr().out
+    assert line == '{"n": 3, "values": [0.0, 1.0], "ok": true, "recall": null}\n'
+    nb = nbformat.read(project.template("alpha"), as_version=4)
+    nb.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="table\n" + line)]
+    project.sections_out.mkdir(parents=True)
+    nbformat.write(nb, project.executed("alpha"))
+    read = rp.read_summary(project.executed("alpha"))
+    assert read == {"n": 3, "values": [0.0, 1.0], "ok": True, "recall": None}
+    project.reference("toy").parent.mkdir()
+    project.reference("toy").write_text(
+        "alpha:\n  n: {value: 3}\n  values: {unchecked: x}\n  recall: {value: null}\n"
+    )
+    with pytest.raises(rp.ReproduceError, match="no entry for section.s. beta"):
+        rp.check_summaries(project, "toy")
+    found = rp.check_summaries(project, "toy", ["alpha"])
+    assert found == {"alpha": ["ok: in the summary but not in the reference"]}
+    with pytest.raises(rp.ReproduceError, match="no reference for profile 'paper'"):
+        rp.check_summaries(project, "paper", ["alpha"])
+
+
+def test_a_notebook_without_a_summary_is_named(project: rp.Project) -> None:
+    project.sections_out.mkdir(parents=True)
+    nbformat.write(
+        nbformat.read(project.template("alpha"), as_version=4), project.executed("alpha")
+    )
+    with pytest.raises(rp.ReproduceError, match="alpha.ipynb: its last printed line is not a JSON"):
+        rp.read_summary(project.executed("alpha"))

@@ -114,6 +114,19 @@ def test_float32_default_close_to_float64():
     np.testing.assert_allclose(single.objective.numpy(), double.objective.numpy(), rtol=1e-5)
 
 
+def test_float32_solve_stopped_at_max_iter_returns_its_iterate_with_a_warning():
+    # near-duplicate columns and a tiny lam: FISTA needs far more than 30 iterations
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 200))
+    X[:, 1::2] = X[:, ::2] + 0.01 * rng.standard_normal((60, 100))
+    Y = rng.standard_normal((60, 4))
+    with pytest.warns(UserWarning, match="did not reach the tolerance within max_iter=30"):
+        stopped = lasso(X, Y, 1e-4, max_iter=30)
+    assert stopped.coef.dtype == torch.float32
+    assert not stopped.converged.any() and (stopped.n_iter == 30).all()
+    assert (stopped.gap > 0).all() and torch.isfinite(stopped.objective).all()
+
+
 def test_one_dimensional_target_and_zero_columns():
     X, Y = _problem(sparse=False, seed=5)
     X[:, 7] = 0.0

@@ -85,7 +85,7 @@ class BlockLassoResult:
     def to_dense(self) -> Tensor:
         """The full (N, N) coefficient matrix A, A[k, t] != 0 meaning column k feeds column t."""
         n, off = self.offsets[-1], self.offsets
-        out = torch.zeros(n, n, dtype=self._dtype)
+        out = torch.zeros(n, n, dtype=self._dtype, device=self.lam.device)
         for (i, j), c in self.coef.items():
             block = c.to_dense() if c.layout != torch.strided else c
             out[off[i] : off[i + 1], off[j] : off[j + 1]] = block
@@ -93,11 +93,12 @@ class BlockLassoResult:
 
     def to_sparse(self) -> Tensor:
         """The full (N, N) coefficient matrix as a coalesced sparse COO tensor."""
-        n, off = self.offsets[-1], self.offsets
-        index, values = [torch.zeros(2, 0, dtype=torch.int64)], [torch.zeros(0, dtype=self._dtype)]
+        n, off, device = self.offsets[-1], self.offsets, self.lam.device
+        index = [torch.zeros(2, 0, dtype=torch.int64, device=device)]
+        values = [torch.zeros(0, dtype=self._dtype, device=device)]
         for (i, j), c in self.coef.items():
             coo = (c.to_sparse_coo() if c.layout == torch.strided else c).coalesce()
-            index.append(coo.indices() + torch.tensor([[off[i]], [off[j]]]))
+            index.append(coo.indices() + torch.tensor([[off[i]], [off[j]]], device=device))
             values.append(coo.values())
         return torch.sparse_coo_tensor(torch.cat(index, 1), torch.cat(values), (n, n)).coalesce()
 
@@ -190,32 +191,33 @@ def block_lasso(
     device = torch.device(device or "cpu")
     x, _ = as_matrix(X, "X", dtype, device)
     sizes, allowed = _check_blocks(x.shape[1], block_sizes, parents)
-    lam_all = per_output(lam, x.shape[1], "lam")
+    lam_all = per_output(lam, x.shape[1], "lam").to(device)
     shared = _SharedDesign(x, fit_intercept)
     offsets = [0]
     for s in sizes:
         offsets.append(offsets[-1] + s)
     N = x.shape[1]
-    intercept = shared.mean.clone() if fit_intercept else torch.zeros(N, dtype=torch.float64)
-    gap = torch.zeros(N, dtype=torch.float64)
+    zeros = torch.zeros(N, dtype=torch.float64, device=device)
+    intercept = shared.mean.clone() if fit_intercept else zeros.clone()
+    gap = zeros.clone()
     objective = shared.norms**2 / (2 * shared.M)
-    n_iter = torch.zeros(N, dtype=torch.int64)
-    converged = torch.ones(N, dtype=torch.bool)
+    n_iter = torch.zeros(N, dtype=torch.int64, device=device)
+    converged = torch.ones(N, dtype=torch.bool, device=device)
     coef: dict[tuple[int, int], Tensor] = {}
     for j, parent_blocks in enumerate(allowed):
         if not parent_blocks:
             continue
-        targets = torch.arange(offsets[j], offsets[j + 1])
-        columns = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in parent_blocks])
+        targets = torch.arange(offsets[j], offsets[j + 1], device=device)
+        columns = torch.cat(
+            [torch.arange(offsets[i], offsets[i + 1], device=device) for i in parent_blocks]
+        )
         keep = (shared.norms[columns] > 0).nonzero().squeeze(1)
         prepared = Prepared(
             problem=shared.problem(columns[keep], targets),
             keep=keep,
             norms=shared.norms[columns[keep]],
             x_mean=shared.mean[columns],
-            y_mean=shared.mean[targets]
-            if fit_intercept
-            else torch.zeros(targets.numel(), dtype=torch.float64),
+            y_mean=shared.mean[targets] if fit_intercept else zeros[targets],
             n_features=columns.numel(),
             sparse=shared.sparse,
             was_1d=False,
@@ -234,7 +236,7 @@ def block_lasso(
         result: LassoResult = to_result(prepared, solution, lam_j, max_iter)
         start = 0
         for i in parent_blocks:
-            rows = torch.arange(start, start + sizes[i])
+            rows = torch.arange(start, start + sizes[i], device=device)
             coef[(i, j)] = result.coef.index_select(0, rows)
             start += sizes[i]
         intercept[targets] = result.intercept

@@ -149,7 +149,7 @@ def fista(
     out_iter[rows] = max_iter
     if stop == "gap":
         out_conv[rows] = _restricted_gap(b, Qb, q, yty, w) <= tol
-    return out_b, out_iter, out_conv
+    return out_b.to(out_dtype), out_iter, out_conv
 
 
 def polish(Q: Tensor, q: Tensor, w: Tensor, signs: Tensor) -> Tensor:

@@ -174,14 +174,16 @@ def lam_max(
 def prepared_lam_max(prepared: Prepared, normalize: bool) -> Tensor:
     problem = prepared.problem
     omega = prepared.omega(normalize)
-    out = torch.zeros(problem.n_outputs, dtype=torch.float64)
+    device = omega.device
+    out = torch.zeros(problem.n_outputs, dtype=torch.float64, device=device)
     step = max(1, GRAM_BUDGET // max(1, 4 * problem.n_features))
     ranking = Ranking(problem.mu, omega)
     for start in range(0, problem.n_outputs, step):
-        cols = torch.arange(start, min(start + step, problem.n_outputs))
-        W = torch.zeros(cols.numel(), 0, dtype=torch.int64)
-        grad, _, _ = problem.gradient(cols, W, torch.zeros(W.shape, dtype=problem.dtype))
-        ones = torch.ones(cols.numel(), dtype=torch.float64)
+        cols = torch.arange(start, min(start + step, problem.n_outputs), device=device)
+        W = torch.zeros(cols.numel(), 0, dtype=torch.int64, device=device)
+        b = torch.zeros(W.shape, dtype=problem.dtype, device=device)
+        grad, _, _ = problem.gradient(cols, W, b)
+        ones = torch.ones(cols.numel(), dtype=torch.float64, device=device)
         out[cols] = score(grad, ranking, W, W.bool(), ones, 1).max_score / problem.n_obs
     return out
 
@@ -215,8 +217,7 @@ def lasso_path(
         if n_lams < 1 or not 0 < eps <= 1:
             raise ValueError(f"need n_lams >= 1 and 0 < eps <= 1, got {n_lams} and {eps}")
         top = prepared_lam_max(prepared, normalize)
-        exponent = torch.linspace(0, 1, n_lams, dtype=torch.float64) if n_lams > 1 else None
-        factors = eps**exponent if exponent is not None else torch.ones(1, dtype=torch.float64)
+        factors = eps ** torch.linspace(0, 1, n_lams, dtype=torch.float64, device=top.device)
         grid = factors.unsqueeze(1) * top.unsqueeze(0)
     else:
         grid = torch.as_tensor(lams, dtype=torch.float64)

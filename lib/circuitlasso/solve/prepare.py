@@ -77,7 +77,11 @@ def prepare(
     check_rows(x.shape[0], y, "Y")
     x_mean, norms = column_stats(x, fit_intercept)
     keep = (norms > 0).nonzero().squeeze(1)
-    y_mean = _column_means(y) if fit_intercept else torch.zeros(y.shape[1], dtype=torch.float64)
+    y_mean = (
+        _column_means(y)
+        if fit_intercept
+        else torch.zeros(y.shape[1], dtype=torch.float64, device=device)
+    )
     if x.layout == torch.sparse_csr:
         x_t = csr_transpose(x)
         x_kept = x if keep.numel() == x.shape[1] else csr_transpose(csr_rows(x_t, keep))
@@ -121,8 +125,9 @@ def _dense(y: Tensor) -> Tensor:
 
 
 def check_lam(lam: object, prepared: Prepared) -> Tensor:
-    """(d,) float64 penalty per output; > 0 wherever the centered target is nonzero."""
-    lam_t = per_output(lam, prepared.problem.n_outputs, "lam")
+    """(d,) float64 penalty per output, on the problem's device; > 0 wherever the centered
+    target is nonzero."""
+    lam_t = per_output(lam, prepared.problem.n_outputs, "lam").to(prepared.keep.device)
     zero = (lam_t == 0) & (prepared.problem.yty > 0)
     if bool(zero.any()):
         raise ValueError(
