@@ -1,0 +1,114 @@
+"""``CircuitLasso``: the feature-circuit pipeline as one scikit-learn style estimator.
+
+``fit`` takes the token-averaged SAE features of every layer (:func:`collect_sae_features`) and
+the prompts' binary targets; it fits the label regression ``A_{L,y}`` on the last layer, then
+traces backward through layer-pair regressions fitted only for the features the trace visits.
+``label`` names each node by its top tokens and types each edge; ``to_json`` saves the circuit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import torch
+from sae_lens import SAE
+from transformer_lens import HookedTransformer
+
+from circuitlasso import label as labels
+from circuitlasso import trace as tr
+from circuitlasso.feature_circuits import Features, LabelFit, fit_label
+
+
+class CircuitLasso:
+    """A feature circuit learned by sparse regression.
+
+    ``lam``: l1 penalty of the label regression (mean cross-entropy scale). ``lam_ratio``: penalty
+    of each layer-pair regression as a fraction of its child's ``lam_max``. ``roots``: how many
+    last-layer features the trace starts from; ``k``: parents kept per node. ``min_prompts``:
+    features active on fewer prompts are not used as predictors. ``standardized``: rank by
+    ``|A| * std(z)`` (True) or by ``|A|`` as in the paper. ``device``: where the solvers run.
+
+    Fitted attributes: ``label_fit_`` (the readout, ``coef_`` its ``(D,)`` coefficients),
+    ``regressions_`` (the layer-pair fits made so far), ``circuit_`` (a ``networkx.DiGraph`` with
+    nodes ``z{layer}.{feature}`` and edges parent -> child carrying ``coef``).
+    """
+
+    def __init__(
+        self,
+        lam: float = 1e-5,
+        *,
+        lam_ratio: float = 0.1,
+        roots: int = 5,
+        k: int = 2,
+        min_prompts: int = 10,
+        standardized: bool = True,
+        device: torch.device | str | None = None,
+    ) -> None:
+        self.lam, self.lam_ratio, self.roots, self.k = lam, lam_ratio, roots, k
+        self.min_prompts, self.standardized, self.device = min_prompts, standardized, device
+
+    def fit(self, Z: Mapping[int, Features], y: Sequence | np.ndarray) -> CircuitLasso:
+        """Fit the readout on the last layer of ``Z`` (layer -> ``(M, D)`` features) against
+        ``y: (M,)``, then trace the circuit down to the first layer."""
+        if len(Z) < 2:
+            raise ValueError(f"need the features of at least 2 layers, got layers {sorted(Z)}")
+        last = max(Z)
+        self.label_fit_ = fit_label(Z[last], y, self.lam, layer=last,
+                                    min_prompts=self.min_prompts, device=self.device)  # fmt: skip
+        self.regressions_ = tr.LayerRegressions(
+            dict(Z), self.lam_ratio, min_prompts=self.min_prompts, device=self.device
+        )
+        self.circuit_ = tr.trace_circuit(self.label_fit_, self.regressions_, roots=self.roots,
+                                         k=self.k, standardized=self.standardized)  # fmt: skip
+        return self
+
+    @property
+    def coef_(self) -> np.ndarray:
+        """``(D,)`` coefficients of the readout ``A_{L,y}``."""
+        return self._fitted().coef
+
+    def predict_proba(self, Z_last: Features) -> np.ndarray:
+        """``(M,)`` probability of class 1 from the last layer's features ``(M, D)``."""
+        return self._fitted().predict_proba(Z_last)
+
+    def label(
+        self,
+        model: HookedTransformer,
+        saes: Mapping[int, SAE],
+        prompts: Sequence[str],
+        *,
+        n_prompts: int = 50,
+    ) -> nx.DiGraph:
+        """Give every node its ``top_tokens`` (token -> count among its largest activations over
+        its ``n_prompts`` top prompts) and every edge its ``type`` (persistence, merging,
+        dropping, other); ``prompts`` are the ones ``fit`` was given, in order."""
+        self._fitted()
+        Z = self.regressions_.Z
+        tokens = {
+            node: labels.top_tokens(
+                model,
+                saes[data["layer"]],
+                data["feature"],
+                prompts,
+                Z[data["layer"]],
+                n_prompts=n_prompts,
+            )
+            for node, data in self.circuit_.nodes(data=True)
+        }
+        tr.classify_edges(self.circuit_, tokens)
+        for node, counts in tokens.items():
+            self.circuit_.nodes[node]["top_tokens"] = dict(counts.most_common(5))
+        return self.circuit_
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The circuit as node-link JSON, written atomically to ``path`` if given."""
+        self._fitted()
+        return tr.to_json(self.circuit_, path)
+
+    def _fitted(self) -> LabelFit:
+        if not hasattr(self, "label_fit_"):
+            raise RuntimeError("this CircuitLasso is not fitted yet: call fit(Z, y) first")
+        return self.label_fit_

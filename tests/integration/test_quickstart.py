@@ -1,0 +1,74 @@
+"""The Quickstart page's script, run as a user would: a fresh interpreter in an empty folder.
+
+Its circuit is checked against the same pipeline called function by function, and against the
+toy world's planted categories.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import circuitlasso as cl
+from circuitlasso import trace as tr
+from circuitlasso.datasets.toyworld import dominant_category
+
+PAGE = Path(__file__).resolve().parents[2] / "book" / "quickstart.md"
+
+
+def quickstart_script() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
+    assert len(blocks) == 1, "the Quickstart page shows exactly one script"
+    return blocks[0]
+
+
+def test_the_script_is_short_and_imports_only_circuitlasso() -> None:
+    lines = [s for s in quickstart_script().splitlines() if s.strip()]
+    assert len(lines) <= 15
+    imports = [s for s in lines if re.match(r"\s*(import|from)\s", s)]
+    assert imports == ["import circuitlasso as cl"]
+
+
+@pytest.mark.slow
+def test_the_script_writes_the_circuit_the_pipeline_traces(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", quickstart_script()], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    circuit = cl.from_json((tmp_path / "circuit.json").read_text())
+    assert out.strip() == (f"{circuit.number_of_nodes()} nodes, {circuit.number_of_edges()} edges")
+    # the same steps by hand, with the same settings
+    model = cl.load_model("toy")
+    saes = cl.load_saes("toy", range(model.cfg.n_layers), model=model)
+    train = cl.load_dataset("toy_cola", split="train")
+    Z = cl.collect_sae_features(model, saes, train["sentence"].tolist(), progress=False)
+    readout = cl.fit_label(Z[3], train["label"], 1e-5, layer=3, min_prompts=10)
+    regressions = tr.LayerRegressions(Z, 0.1, min_prompts=10)
+    expected = tr.trace_circuit(readout, regressions, roots=5, k=2, standardized=True)
+    assert set(circuit.edges) == set(expected.edges)
+    for node, data in expected.nodes(data=True):
+        assert circuit.nodes[node]["importance"] == pytest.approx(data["importance"], rel=1e-6)
+    # every node labelled and every edge typed; the roots read the planted final punctuation
+    assert all(circuit.nodes[n]["top_tokens"] for n in circuit.nodes)
+    assert all(d["type"] in {"persistence", "merging", "dropping", "other"}
+               for _, _, d in circuit.edges(data=True))  # fmt: skip
+    roots = [n for n, d in circuit.nodes(data=True) if d["layer"] == 3]
+    categories = {dominant_category(circuit.nodes[n]["top_tokens"]) for n in roots}
+    assert "final_punctuation" in categories
+
+
+def test_an_unfitted_estimator_says_so() -> None:
+    with pytest.raises(RuntimeError, match="not fitted yet: call fit"):
+        cl.CircuitLasso().to_json()
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        cl.CircuitLasso().fit({3: None}, [0, 1])
+    with pytest.raises(AttributeError, match="no attribute 'CircuitLaso'"):
+        cl.CircuitLaso  # noqa: B018
+
+
+def test_every_export_loads_from_its_module() -> None:
+    assert sorted(cl.__all__) == sorted(["__version__", *cl._EXPORTS])
+    for name in cl._EXPORTS:
+        assert callable(getattr(cl, name)), name
