@@ -46,7 +46,7 @@ nbval-perturbed: install
 test: lint typecheck
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks
 
-checks: unit nbval nbval-perturbed
+checks: nbval-perturbed unit nbval  # the longest first: it starts at once
 
 baseline: install
 	$(BIN)/circuitlasso reproduce --profile toy --update-baseline
