@@ -1,7 +1,7 @@
 """Bias in Bios debiasing on the toy world: the paper's Tables 1 and 2 for every method.
 
-Runs :func:`circuitlasso.debias.compare_methods` on the toy world's language model and SAEs
-(probes on ``blocks.3.hook_resid_post``, SHIFT over the SAEs of layers 0-3, CircuitLasso on
+Runs :func:`circuitlasso.evaluation.debias.compare_methods` on the toy world's language model
+and SAEs (probes on ``blocks.3.hook_resid_post``, SHIFT over the SAEs of layers 0-3, CircuitLasso on
 layer 3) and toy Bias in Bios, with the automatic gender-feature rule. Prints Table 2 (profession,
 gender and worst-group accuracy on the balanced test set, percent), Table 1 (SAE features removed
 and seconds to build the classifier) and, as its last line, one JSON object: per method
@@ -21,8 +21,8 @@ import warnings
 import pandas as pd
 import torch
 
-from circuitlasso.debias import TOY_CONCEPTS, compare_methods, load_splits
-from circuitlasso.models import load_model, load_saes
+from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.evaluation.debias import TOY_CONCEPTS, compare_methods, load_splits
 
 TABLE_1 = ["SHIFT", "SHIFT-retrain", "CircuitLasso", "CircuitLasso-retrain"]
 

@@ -1,6 +1,6 @@
 """Memory and speed of the SAE-feature collector on a problem whose dense form does not fit in RAM.
 
-A GPT-2-architecture model with random weights (``circuitlasso.models.tiny_gpt2``) and one wide
+A GPT-2-architecture model with random weights (``circuitlasso.data.models.tiny_gpt2``) and one wide
 random TopK SAE per layer (``D = 32768``, ``k = 32``, the shape of OpenAI's GPT-2 SAEs) encode
 many prompts of random English words. The per-token features, held dense, would take
 ``layers * M * tokens * D * 4`` bytes (``dense_equivalent_gib``: about 29 GiB by default, one
@@ -33,7 +33,7 @@ from sae_lens import TopKSAE, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 
 from circuitlasso.collect import collect_sae_features
-from circuitlasso.models import gpt2_tokenizer, tiny_gpt2
+from circuitlasso.data.models import gpt2_tokenizer, tiny_gpt2
 
 GIB = 2**30
 DEFAULT_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpt2-tokenizer"

@@ -23,8 +23,9 @@ import warnings
 import pandas as pd
 import torch
 
-from circuitlasso.datasets.interpbench import CASE_IDS, METHODS, VARIANTS
-from circuitlasso.datasets.interpbench.report import (
+from circuitlasso.data.interpbench import CASE_IDS, VARIANTS
+from circuitlasso.evaluation.interpbench import METHODS
+from circuitlasso.evaluation.interpbench.report import (
     ACCURACY_COLUMNS,
     TIME_COLUMNS,
     case_means,

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "load_model": "circuitlasso.models",
-    "load_saes": "circuitlasso.models",
-    "load_dataset": "circuitlasso.datasets",
+    "load_model": "circuitlasso.data.models",
+    "load_saes": "circuitlasso.data.models",
+    "load_dataset": "circuitlasso.data",
     "collect_sae_features": "circuitlasso.collect",
     "CircuitLasso": "circuitlasso.estimator",
-    "fit_label": "circuitlasso.feature_circuits",
-    "fit_layer_pair": "circuitlasso.feature_circuits",
-    "LayerRegressions": "circuitlasso.trace",
-    "trace_circuit": "circuitlasso.trace",
-    "from_json": "circuitlasso.trace",
+    "fit_label": "circuitlasso.circuits.features",
+    "fit_layer_pair": "circuitlasso.circuits.features",
+    "LayerRegressions": "circuitlasso.circuits.trace",
+    "trace_circuit": "circuitlasso.circuits.trace",
+    "from_json": "circuitlasso.circuits.trace",
     "lasso": "circuitlasso.solve",
     "logistic_lasso": "circuitlasso.solve",
 }
@@ -50,13 +50,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from circuitlasso.circuits.features import fit_label, fit_layer_pair
+    from circuitlasso.circuits.trace import LayerRegressions, from_json, trace_circuit
     from circuitlasso.collect import collect_sae_features
-    from circuitlasso.datasets import load_dataset
+    from circuitlasso.data import load_dataset
+    from circuitlasso.data.models import load_model, load_saes
     from circuitlasso.estimator import CircuitLasso
-    from circuitlasso.feature_circuits import fit_label, fit_layer_pair
-    from circuitlasso.models import load_model, load_saes
     from circuitlasso.solve import lasso, logistic_lasso
-    from circuitlasso.trace import LayerRegressions, from_json, trace_circuit
 
 
 def __getattr__(name: str) -> Any:

@@ -17,9 +17,9 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso import label as labels
-from circuitlasso import trace as tr
-from circuitlasso.feature_circuits import Features, LabelFit, fit_label
+from circuitlasso.circuits import interpret
+from circuitlasso.circuits import trace as tr
+from circuitlasso.circuits.features import Features, LabelFit, fit_label
 
 
 class CircuitLasso:
@@ -88,7 +88,7 @@ class CircuitLasso:
         self._fitted()
         Z = self.regressions_.Z
         tokens = {
-            node: labels.top_tokens(
+            node: interpret.top_tokens(
                 model,
                 saes[data["layer"]],
                 data["feature"],

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from circuitlasso import reproduce as rp
+from circuitlasso.presentation import reproduce as rp
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
@@ -92,7 +92,7 @@ def test_intro_names_the_profile_from_metadata(built_book: Path) -> None:
 @pytest.mark.slow
 def test_api_reference_documents_the_library(built_book: Path) -> None:
     api = (built_book / "_build" / "html" / "book" / "api.html").read_text()
-    assert "circuitlasso.reproduce.run_section" in api
+    assert "circuitlasso.presentation.reproduce.run_section" in api
 
 
 @pytest.mark.slow

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from circuitlasso.circuits.features import fit_label
+from circuitlasso.circuits.interpret import top_tokens
+from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.collect import collect_sae_features
-from circuitlasso.datasets.toyworld import VIOLATION_CATEGORIES, dominant_category, load_toy_cola
-from circuitlasso.feature_circuits import fit_label
-from circuitlasso.label import top_tokens
-from circuitlasso.models import load_model, load_saes
-from circuitlasso.trace import LayerRegressions, trace_circuit
+from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.data.toyworld.datasets import dominant_category, load_toy_cola
+from circuitlasso.data.toyworld.grammar import VIOLATION_CATEGORIES
 
 MIN_PROMPTS = 10
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from circuitlasso import reproduce as rp
+from circuitlasso.presentation import reproduce as rp
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER_DIR = ROOT.parent / "shared" / "data" / "gpt2-tokenizer"

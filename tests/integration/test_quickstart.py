@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import circuitlasso as cl
-from circuitlasso import trace as tr
-from circuitlasso.datasets.toyworld import dominant_category
+from circuitlasso.circuits import trace as tr
+from circuitlasso.data.toyworld.datasets import dominant_category
 
 PAGE = Path(__file__).resolve().parents[2] / "book" / "quickstart.md"
 

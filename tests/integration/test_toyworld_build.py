@@ -12,15 +12,15 @@ import pytest
 import torch
 from sae_lens import StandardSAE, StandardSAEConfig
 
-from circuitlasso.toyworld import (
+from circuitlasso.data.toyworld import (
     build_toy_world,
     default_toy_dir,
     load_toy_model,
     load_toy_saes,
     toy_report,
 )
-from circuitlasso.toyworld.artifacts import MANIFEST_FILE, REPORT_FILE, manifest_mismatches
-from circuitlasso.toyworld.report import (
+from circuitlasso.data.toyworld.artifacts import MANIFEST_FILE, REPORT_FILE, manifest_mismatches
+from circuitlasso.data.toyworld.report import (
     ENCODE_BATCH,
     category_features,
     encode,

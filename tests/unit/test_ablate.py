@@ -22,7 +22,13 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.ablate import (
+from circuitlasso.circuits.features import LabelFit, LayerPairFit, fit_label
+from circuitlasso.circuits.trace import LayerRegressions, node_name, trace_circuit
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.collect.forward import splice_hooks
+from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.data.toyworld.datasets import load_toy_cola
+from circuitlasso.evaluation.ablate import (
     Surrogate,
     attribution_scores,
     edge_ablation_sweep,
@@ -30,13 +36,7 @@ from circuitlasso.ablate import (
     metric_with_ablation,
     node_ablation_sweep,
     rank_features,
-    splice_hooks,
 )
-from circuitlasso.collect import collect_sae_features
-from circuitlasso.datasets.toyworld import load_toy_cola
-from circuitlasso.feature_circuits import LabelFit, LayerPairFit, fit_label
-from circuitlasso.models import load_model, load_saes
-from circuitlasso.trace import LayerRegressions, node_name, trace_circuit
 
 torch.set_num_threads(1)
 
@@ -537,7 +537,7 @@ def test_edge_sweep_on_a_traced_circuit() -> None:
 
 
 def test_random_ranking_is_seeded_and_keeps_its_order_when_items_are_added() -> None:
-    from circuitlasso.ablate import random_ranking
+    from circuitlasso.evaluation.ablate import random_ranking
 
     edges = [(f"z0.{p}", f"z1.{c}") for p in range(40) for c in range(30)]
     ranking = random_ranking(edges, seed=0)

@@ -1,4 +1,4 @@
-"""Tests for circuitlasso.datasets.bias_in_bios on a small local copy in the hub's format."""
+"""Tests for circuitlasso.data.bias_in_bios on a small local copy in the hub's format."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from huggingface_hub import constants as hf_constants
 
 from circuitlasso import cache
-from circuitlasso.datasets import load_dataset
-from circuitlasso.datasets.bias_in_bios import (
+from circuitlasso.data import load_dataset
+from circuitlasso.data.bias_in_bios import (
     load_bias_in_bios,
     read_bias_in_bios_split,
     write_bias_in_bios_fixture,

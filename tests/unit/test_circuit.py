@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from circuitlasso.circuit import (
+from circuitlasso.circuits.circuit import (
     Circuit,
     best_threshold_shd,
     block_norm_scores,

@@ -1,4 +1,4 @@
-"""Tests for circuitlasso.datasets.cola on the real CoLA 1.1 zip, served from a local mirror."""
+"""Tests for circuitlasso.data.cola on the real CoLA 1.1 zip, served from a local mirror."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from circuitlasso import cache
-from circuitlasso.datasets import load_dataset
-from circuitlasso.datasets.cola import COLA_URL, load_cola
+from circuitlasso.data import load_dataset
+from circuitlasso.data.cola import COLA_URL, load_cola
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 

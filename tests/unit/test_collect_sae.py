@@ -17,8 +17,10 @@ from sae_lens import SAE, StandardSAE, StandardSAEConfig, TopKSAE, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
 
-from circuitlasso import cache, models
-from circuitlasso.collect import binary_labels, collect_sae_features
+from circuitlasso import cache
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.data import models
+from circuitlasso.data.targets import binary_labels
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 GPT2_BOS = 50256  # also GPT-2's EOS and PAD

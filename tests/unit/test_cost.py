@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from circuitlasso import cost
+from circuitlasso.evaluation import cost
 
 
 def test_planted_sem_is_standardized_and_triangular() -> None:

@@ -23,10 +23,12 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
-from circuitlasso.ablate import rank_features
+from circuitlasso.circuits.features import fit_label
 from circuitlasso.collect import collect_sae_features
-from circuitlasso.datasets.bias_in_bios import write_bias_in_bios_fixture
-from circuitlasso.debias import (
+from circuitlasso.data.bias_in_bios import write_bias_in_bios_fixture
+from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.evaluation.ablate import rank_features
+from circuitlasso.evaluation.debias import (
     TOY_CONCEPTS,
     accuracies,
     compare_methods,
@@ -41,8 +43,6 @@ from circuitlasso.debias import (
     toy_truth,
     zero_columns,
 )
-from circuitlasso.feature_circuits import fit_label
-from circuitlasso.models import load_model, load_saes
 
 torch.set_num_threads(1)
 

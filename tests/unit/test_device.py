@@ -42,18 +42,19 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuitlasso import feature_circuits, label
-from circuitlasso.ablate import attribution_scores, feature_means, node_ablation_sweep
-from circuitlasso.baselines.eap import edge_attribution_patching
+from circuitlasso.circuits import features as feature_circuits
+from circuitlasso.circuits import interpret
+from circuitlasso.circuits.components import circuit_lasso
+from circuitlasso.circuits.features import LabelFit, fit_label, fit_layer_pair, lam_ablation
+from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.collect import collect_nodes, collect_sae_features
-from circuitlasso.datasets.toyworld import load_toy_cola
-from circuitlasso.debias.probes import Probe, pooled_activations
-from circuitlasso.debias.shift import ig_scores
-from circuitlasso.feature_circuits import LabelFit, fit_label, fit_layer_pair, lam_ablation
-from circuitlasso.models import load_model, load_saes
-from circuitlasso.neuron_circuits import circuit_lasso
+from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.data.toyworld.datasets import load_toy_cola
+from circuitlasso.evaluation.ablate import attribution_scores, feature_means, node_ablation_sweep
+from circuitlasso.evaluation.debias.probes import Probe, pooled_activations
+from circuitlasso.evaluation.debias.shift import ig_scores
+from circuitlasso.evaluation.eap import edge_attribution_patching
 from circuitlasso.solve import block_lasso, lam_max, lasso, lasso_path, logistic_lasso
-from circuitlasso.trace import LayerRegressions, trace_circuit
 
 LAYERS = (1, 3)  # the SAE layers: one layer pair, the label read from the last
 N_PROMPTS = 40
@@ -338,11 +339,11 @@ def run_lam_ablation(s: Setup) -> dict[str, Any]:
 def run_labels(s: Setup) -> dict[str, Any]:
     i, sae = s.inputs, s.saes[LAYERS[-1]]
     tokens = [s.model.to_tokens(p)[0] for p in i.prompts[:3]]
-    values = label.token_values(s.model, sae, i.feature, tokens)
-    prompts = label.top_prompts(s.model, sae, i.feature, i.prompts, i.Z[LAYERS[-1]], n=3)
-    top = label.top_tokens(s.model, sae, i.feature, i.prompts, i.Z[LAYERS[-1]], n_prompts=5)
+    values = interpret.token_values(s.model, sae, i.feature, tokens)
+    prompts = interpret.top_prompts(s.model, sae, i.feature, i.prompts, i.Z[LAYERS[-1]], n=3)
+    top = interpret.top_tokens(s.model, sae, i.feature, i.prompts, i.Z[LAYERS[-1]], n_prompts=5)
     other = str(s.model.to_str_tokens(i.prompts[1])[2])
-    changed = label.perturb(s.model, sae, i.feature, i.prompts[0], 1, [other])
+    changed = interpret.perturb(s.model, sae, i.feature, i.prompts[0], 1, [other])
     return {
         "token_values": np.concatenate(values),
         "top_prompts": prompts["prompt"].tolist(),

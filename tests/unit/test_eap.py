@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuitlasso.baselines.eap import edge_attribution_patching, logit_projection_metric
-from circuitlasso.collect import graph_nodes
-from circuitlasso.datasets.interpbench import compile_case, make_prompts, to_hooked_transformer
+from circuitlasso.data.graph import graph_nodes
+from circuitlasso.data.interpbench import compile_case, make_prompts, to_hooked_transformer
+from circuitlasso.evaluation.eap import edge_attribution_patching, logit_projection_metric
 
 torch.set_num_threads(1)
 

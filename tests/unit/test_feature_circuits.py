@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.linear_model import Lasso, LogisticRegression
 
-from circuitlasso.feature_circuits import (
+from circuitlasso.circuits.features import (
     LayerPairFit,
     fit_label,
     fit_layer_pair,

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuitlasso.circuit import Circuit
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.collect import collect_nodes
-from circuitlasso.datasets.interpbench import load_hub_case
-from circuitlasso.datasets.interpbench.hub import edges_to_circuit, hook_to_node
+from circuitlasso.data.interpbench import load_hub_case
+from circuitlasso.data.interpbench.hub import hook_to_node, node_edges
 
 # ACDC-style records: ((child hook, child index), (parent hook, parent index)).
 ACDC_EDGES = [
@@ -60,7 +60,7 @@ def test_loads_model_flags_and_circuit(tmp_path, as_dict):
     case = load_hub_case(3, source=tmp_path)
     tokens = torch.randint(0, 9, (4, 6), generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(case.model(tokens), original(tokens))
-    assert case.ground_truth == EXPECTED
+    assert Circuit(case.ground_truth) == EXPECTED
     for flag in ("use_attn_result", "use_split_qkv_input", "use_hook_mlp_in"):
         assert getattr(case.model.cfg, flag)
     acts = collect_nodes(case.model, tokens)  # the loaded model is ready for collection
@@ -70,8 +70,8 @@ def test_loads_model_flags_and_circuit(tmp_path, as_dict):
 def test_other_edge_layouts_and_orientation():
     flat = [("blocks.0.hook_resid_pre", None, "blocks.0.attn.hook_result", (None, None, 1))]
     strings = [("blocks.1.hook_resid_post", "blocks.1.attn.hook_result[:, :, 0]")]
-    circuit = edges_to_circuit(flat + strings, n_layers=2)
-    assert circuit.edges == {("input", "a0.h1"), ("a1.h0", "output")}
+    edges = node_edges(flat + strings, n_layers=2)
+    assert edges == {("input", "a0.h1"), ("a1.h0", "output")}
 
 
 @pytest.mark.parametrize(

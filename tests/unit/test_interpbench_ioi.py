@@ -9,16 +9,11 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso import cache
-from circuitlasso.circuit import Circuit
-from circuitlasso.datasets.interpbench import (
-    PromptPairs,
-    encode_ioi,
-    evaluate_ioi,
-    ioi_prompts,
-    load_hub_case,
-)
-from circuitlasso.datasets.interpbench.ioi import name_token_ids, restrict_unembedding
-from circuitlasso.models import gpt2_tokenizer
+from circuitlasso.circuits.circuit import Circuit
+from circuitlasso.data.interpbench import PromptPairs, encode_ioi, ioi_prompts, load_hub_case
+from circuitlasso.data.interpbench.ioi import name_token_ids, restrict_unembedding
+from circuitlasso.data.models import gpt2_tokenizer
+from circuitlasso.evaluation.interpbench import evaluate_ioi
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 # ACDC-style records of a small circuit on a 2-layer model: input -> a0.h1 -> a1.h0 -> output.
@@ -149,7 +144,7 @@ def test_restricted_unembedding_keeps_the_chosen_logits(tokenizer):
 def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(tmp_path, offline_hub, tokenizer):
     original = write_ioi_case(tmp_path / "interpbench")
     case = load_hub_case("ioi", source=tmp_path / "interpbench")  # tokenizer from our mirror
-    assert case.ground_truth == IOI_CIRCUIT
+    assert Circuit(case.ground_truth) == IOI_CIRCUIT
     assert case.model.tokenizer is not None
     assert case.model.to_tokens("When Mary").tolist() == [[50256, 2215, 5335]]
     tokens = torch.randint(0, 50257, (2, 6), generator=torch.Generator().manual_seed(1))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from circuitlasso import plots
-from circuitlasso.circuit import Circuit
-from circuitlasso.datasets.interpbench import report
+from circuitlasso.circuits.circuit import Circuit
+from circuitlasso.evaluation.interpbench import report
+from circuitlasso.presentation import plots
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "interpbench.py"
 

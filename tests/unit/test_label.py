@@ -18,8 +18,8 @@ from sae_lens import SAE, StandardSAE, StandardSAEConfig, TopKSAE, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
 
-from circuitlasso import models
-from circuitlasso.label import perturb, token_values, top_prompts, top_tokens
+from circuitlasso.circuits.interpret import perturb, token_values, top_prompts, top_tokens
+from circuitlasso.data import models
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 GPT2_BOS = 50256

@@ -1,4 +1,4 @@
-"""Tests for circuitlasso.models.
+"""Tests for circuitlasso.data.models.
 
 Hub loaders run their real code path against a local Hugging Face hub cache in offline mode,
 filled with tiny random-weight files in the hub's formats.
@@ -17,7 +17,8 @@ from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from circuitlasso import cache, models
+from circuitlasso import cache
+from circuitlasso.data import models
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 NOTES_SENTENCE = "He said that himself was hungry."
@@ -203,10 +204,10 @@ def test_toy_names_dispatch_to_the_toy_world(
         return {0: sae}
 
     # a stand-in module: the dispatch is tested apart from the committed artifacts
-    toyworld = types.ModuleType("circuitlasso.toyworld")
+    toyworld = types.ModuleType("circuitlasso.data.toyworld")
     toyworld.load_toy_model = load_toy_model  # type: ignore[attr-defined]
     toyworld.load_toy_saes = load_toy_saes  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "circuitlasso.toyworld", toyworld)
+    monkeypatch.setitem(sys.modules, "circuitlasso.data.toyworld", toyworld)
 
     model = models.load_model("toy")
     assert model is tiny and not model.training

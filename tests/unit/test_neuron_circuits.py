@@ -4,23 +4,21 @@ import torch
 from sklearn.linear_model import Lasso
 from tracr.rasp import rasp
 
-from circuitlasso.circuit import circuit_at_threshold, gap_threshold
-from circuitlasso.collect import NodeActivations, collect_nodes
-from circuitlasso.datasets.interpbench import (
-    METHODS,
-    TracrTask,
-    compile_case,
-    evaluate_case,
-    evaluate_task,
-    make_prompts,
-    to_hooked_transformer,
-)
-from circuitlasso.neuron_circuits import (
+from circuitlasso.circuits.circuit import circuit_at_threshold, gap_threshold
+from circuitlasso.circuits.components import (
     linear_edge_scores,
     nonlinear_edge_scores,
     standardize,
     whiten,
 )
+from circuitlasso.collect import NodeActivations, collect_nodes
+from circuitlasso.data.interpbench import (
+    TracrTask,
+    compile_case,
+    make_prompts,
+    to_hooked_transformer,
+)
+from circuitlasso.evaluation.interpbench import METHODS, evaluate_case, evaluate_task
 
 NAMES = ["input", "a0.h0", "a0.h1", "m0", "output"]
 PARENTS = [[], [0], [0], [0, 1, 2], [0, 1, 2, 3]]

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from circuitlasso import plots
+from circuitlasso.presentation import plots
 
 
 def sweep(method: str, sizes: list[int]) -> pd.DataFrame:

@@ -8,8 +8,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from circuitlasso import reproduce as rp
-from circuitlasso.cli import build_parser, main
+from circuitlasso.presentation import reproduce as rp
+from circuitlasso.presentation.cli import build_parser, main
 
 
 def _template(path: Path, source: str) -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from circuitlasso.datasets.toyworld import (
+from circuitlasso.data.toyworld import grammar
+from circuitlasso.data.toyworld.datasets import (
     PARAGRAPH_SENTENCES,
     PARAGRAPH_WORDS,
     dominant_category,
@@ -18,10 +19,9 @@ from circuitlasso.datasets.toyworld import (
     load_toy_bias_in_bios,
     load_toy_cola,
     minimal_pairs,
-    token_categories,
 )
-from circuitlasso.toyworld import grammar
-from circuitlasso.toyworld.tokenizer import (
+from circuitlasso.data.toyworld.grammar import token_categories
+from circuitlasso.data.toyworld.tokenizer import (
     BOS,
     UNK,
     build_tokenizer,

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from circuitlasso.feature_circuits import LabelFit, LayerPairFit, fit_label, fit_layer_pair
-from circuitlasso.trace import (
+from circuitlasso.circuits.features import LabelFit, LayerPairFit, fit_label, fit_layer_pair
+from circuitlasso.circuits.trace import (
     LayerRegressions,
     classify_edge,
     classify_edges,

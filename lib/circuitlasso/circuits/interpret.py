@@ -1,0 +1,160 @@
+"""Labels for SAE features: the multi-prompt and single-prompt procedures of App. B.3.
+
+- Multi-prompt: the prompts whose token-averaged activation of the feature is largest, each with
+  its per-token values (the paper's Tables 3-5), and the feature's top tokens: the most frequent
+  tokens among its largest per-token activations on those prompts.
+- Single-prompt: replace chosen tokens of one prompt by alternatives and report how the feature's
+  activation changes (the paper's Table 6).
+
+Per-token values skip the BOS token, like the tables of the paper.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from sae_lens import SAE
+from transformer_lens import HookedTransformer
+
+from circuitlasso.circuits.features import Features
+from circuitlasso.collect.forward import stop_at_layer
+
+
+@torch.no_grad()
+def token_values(
+    model: HookedTransformer, sae: SAE, feature: int, tokens: Sequence[torch.Tensor]
+) -> list[np.ndarray]:
+    """Per prompt, the activation of SAE ``feature`` at each token after BOS: ``(T_i - 1,)``.
+
+    ``tokens``: one 1-D id tensor per prompt, BOS first (as ``model.to_tokens`` makes them).
+    """
+    if not 0 <= feature < sae.cfg.d_sae:
+        raise ValueError(f"feature {feature} out of range: the SAE has {sae.cfg.d_sae} features")
+    if len(tokens) == 0:
+        return []
+    hook = str(sae.cfg.metadata.hook_name)
+    stop = stop_at_layer([hook])
+    width = max(len(t) for t in tokens)
+    pad = model.tokenizer.pad_token_id if model.tokenizer is not None else 0
+    batch = torch.full((len(tokens), width), pad or 0, dtype=torch.long)
+    for row, ids in enumerate(tokens):
+        batch[row, : len(ids)] = ids  # right padding: a causal model's real positions ignore it
+    _, cache = model.run_with_cache(batch, names_filter=hook, stop_at_layer=stop)
+    values = sae.encode(cache[hook])[..., feature]
+    values = values.float().cpu()  # on the model's device until here
+    return [values[row, 1 : len(ids)].numpy() for row, ids in enumerate(tokens)]
+
+
+def _words(model: HookedTransformer, ids: torch.Tensor) -> list[str]:
+    return [str(w) for w in model.to_str_tokens(ids)][1:]
+
+
+def _highlight(words: list[str], values: np.ndarray) -> str:
+    """The prompt's tokens joined, the most active one in [brackets]."""
+    top = int(np.argmax(values)) if len(values) and values.max() > 0 else -1
+    return " ".join(f"[{w.strip()}]" if i == top else w.strip() for i, w in enumerate(words))
+
+
+def top_prompts(
+    model: HookedTransformer,
+    sae: SAE,
+    feature: int,
+    prompts: Sequence[str],
+    Z: Features,
+    n: int = 8,
+) -> pd.DataFrame:
+    """Multi-prompt table: the ``n`` prompts with the largest token-averaged activation
+    ``Z[:, feature]`` (``Z: (M, D)`` from the collector), with per-token values.
+
+    Columns: ``prompt`` (most active token in [brackets]), ``value`` (token-averaged),
+    ``per_token`` (values after BOS, rounded), ``top_token``.
+    """
+    if Z.shape[0] != len(prompts):
+        raise ValueError(f"Z has {Z.shape[0]} rows but there are {len(prompts)} prompts")
+    column = np.asarray(Z[:, feature].toarray()).ravel()
+    order = np.argsort(-column, kind="stable")[:n]
+    order = order[column[order] > 0]
+    tokens = [model.to_tokens(prompts[i])[0] for i in order]
+    rows = []
+    for i, ids, values in zip(
+        order, tokens, token_values(model, sae, feature, tokens), strict=True
+    ):
+        words = _words(model, ids)
+        rows.append(
+            {
+                "prompt": _highlight(words, values),
+                "value": float(column[i]),
+                "per_token": tuple(np.round(values, 3).tolist()),
+                "top_token": words[int(np.argmax(values))].strip(),
+            }
+        )
+    return pd.DataFrame(rows, columns=["prompt", "value", "per_token", "top_token"])
+
+
+def top_tokens(
+    model: HookedTransformer,
+    sae: SAE,
+    feature: int,
+    prompts: Sequence[str],
+    Z: Features,
+    *,
+    n_prompts: int = 50,
+    n_activations: int = 20,
+) -> Counter[str]:
+    """How often each token is among the feature's ``n_activations`` largest per-token
+    activations over its ``n_prompts`` top prompts (by ``Z[:, feature]``)."""
+    column = np.asarray(Z[:, feature].toarray()).ravel()
+    order = np.argsort(-column, kind="stable")[:n_prompts]
+    order = order[column[order] > 0]
+    if len(order) == 0:
+        return Counter()
+    tokens = [model.to_tokens(prompts[i])[0] for i in order]
+    values = token_values(model, sae, feature, tokens)
+    words = np.concatenate([np.array(_words(model, ids), dtype=object) for ids in tokens])
+    flat = np.concatenate(values)
+    best = np.argsort(-flat, kind="stable")[:n_activations]
+    return Counter(str(w).strip() for w in words[best[flat[best] > 0]])
+
+
+def perturb(
+    model: HookedTransformer,
+    sae: SAE,
+    feature: int,
+    prompt: str,
+    position: int,
+    replacements: Sequence[str],
+) -> pd.DataFrame:
+    """Single-prompt table: ``prompt`` and its variants with the token at ``position`` (0 = the
+    first token after BOS) replaced by each of ``replacements`` (single tokens).
+
+    Columns: ``prompt`` (changed token in [brackets]), ``value`` (activation at ``position``),
+    ``change`` (minus the original's), ``per_token``.
+    """
+    original = model.to_tokens(prompt)[0]
+    if not 0 <= position < len(original) - 1:
+        raise ValueError(
+            f"position {position} out of range: the prompt has {len(original) - 1} tokens"
+        )
+    variants = [original]
+    for text in replacements:
+        ids = original.clone()
+        ids[position + 1] = model.to_single_token(text)  # raises unless one token
+        variants.append(ids)
+    values = token_values(model, sae, feature, variants)
+    rows = []
+    for ids, vals in zip(variants, values, strict=True):
+        words = [w.strip() for w in _words(model, ids)]
+        words[position] = f"[{words[position]}]"
+        rows.append(
+            {
+                "prompt": " ".join(words),
+                "value": float(vals[position]),
+                "change": float(vals[position] - values[0][position]),
+                "per_token": tuple(np.round(vals, 3).tolist()),
+            }
+        )
+    return pd.DataFrame(rows)

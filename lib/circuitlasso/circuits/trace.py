@@ -1,0 +1,220 @@
+"""Importance scores and backward tracing of SAE-feature circuits (paper Sec. 4.2.1, App. B.3).
+
+A circuit starts from root features of the last layer, ranked by the dataset-level importance
+``|A_{L,y}|`` (or ``|A_{L,y}| * std(z_L)``, standardized) or, for one prompt, by
+``s = |A_{L,y}| * |z_L|``. Each node's parents in the layer below come from its column of the
+layer-pair coefficients ``A_{l-1,l}``, ranked by ``|A_{l-1,l}[:, k]|`` (dataset level; times
+``std(z_{l-1})`` standardized) or ``|A_{l-1,l}[:, k]| * |z_{l-1}|`` (one prompt), and kept by one
+of two rules: the ``k`` largest, or the fewest whose scores reach a share ``mass`` of the
+column's total. Only the columns a trace visits are ever fit (:class:`LayerRegressions`).
+
+The result is a ``networkx.DiGraph`` whose nodes are named ``z{layer}.{feature}`` (attributes
+``layer``, ``feature``, ``importance``: the root score, or for a parent the sum of the scores of
+its edges) and whose edges run parent -> child (attributes ``coef`` and ``score``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import torch
+
+from circuitlasso.cache import atomic_path
+from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit, fit_layer_pair
+
+
+def node_name(layer: int, feature: int) -> str:
+    """``z{layer}.{feature}``, the paper's ``z_{layer,feature}``."""
+    return f"z{layer}.{feature}"
+
+
+class LayerRegressions:
+    """Layer-pair Lasso fits on demand: ``parents(l, features)`` fits the columns of
+    ``A_{l-1,l}`` for the child ``features`` of layer ``l`` not fit before, and keeps them.
+    ``device``: where the solver runs (see :func:`fit_layer_pair`)."""
+
+    def __init__(
+        self,
+        Z: dict[int, Features],
+        lam_ratio: float,
+        min_prompts: int = 1,
+        tol: float = 1e-4,
+        device: torch.device | str | None = None,
+    ) -> None:
+        if len(Z) < 2:
+            raise ValueError(f"need features of at least 2 layers, got layers {sorted(Z)}")
+        self.Z, self.lam_ratio, self.min_prompts, self.tol = Z, lam_ratio, min_prompts, tol
+        self.device = device
+        self.layers = sorted(Z)
+        self._fits: dict[int, dict[int, LayerPairFit]] = {layer: {} for layer in self.layers}
+
+    def parent_layer(self, layer: int) -> int:
+        """The layer just below ``layer`` among the collected ones."""
+        index = self.layers.index(layer)
+        if index == 0:
+            raise ValueError(f"layer {layer} is the first collected layer: it has no parents")
+        return self.layers[index - 1]
+
+    def parents(self, layer: int, features: Sequence[int]) -> dict[int, LayerPairFit]:
+        """Per child feature of ``layer``, the fit holding its column of ``A_{l-1,l}``."""
+        known = self._fits[layer]
+        new = sorted({int(f) for f in features} - set(known))
+        if new:
+            below = self.parent_layer(layer)
+            fit = fit_layer_pair(
+                self.Z[below], self.Z[layer], self.lam_ratio,
+                parent=below, child=layer, children=new, min_prompts=self.min_prompts, tol=self.tol,
+                device=self.device,
+            )  # fmt: skip
+            known.update({feature: fit for feature in new})
+        return {int(f): known[int(f)] for f in features}
+
+
+def label_importance(fit: LabelFit, z: np.ndarray | None = None) -> np.ndarray:
+    """``(D,)`` importance of the last layer's features: ``|A_{L,y}|``, or ``|A_{L,y}| * |z|``
+    with ``z: (D,)`` one prompt's token-averaged features (or their standard deviations)."""
+    score = np.abs(fit.coef)
+    return score if z is None else score * np.abs(np.asarray(z).ravel())
+
+
+def select(scores: np.ndarray, k: int | None = None, mass: float | None = None) -> np.ndarray:
+    """Indices of the positive ``scores`` kept by one rule, largest first: the ``k`` largest, or
+    the fewest whose sum reaches ``mass`` (in (0, 1]) of the total."""
+    if (k is None) == (mass is None):
+        raise ValueError("give exactly one of k (top-k rule) and mass (coefficient-mass rule)")
+    order = np.argsort(-scores, kind="stable")
+    order = order[scores[order] > 0]
+    if k is not None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        return order[:k]
+    assert mass is not None
+    if not 0 < mass <= 1:
+        raise ValueError(f"mass must be in (0, 1], got {mass}")
+    if len(order) == 0:
+        return order
+    cumulative = np.cumsum(scores[order]) / scores[order].sum()
+    return order[: int(np.searchsorted(cumulative, mass - 1e-12)) + 1]
+
+
+def trace_circuit(
+    label_fit: LabelFit,
+    regressions: LayerRegressions,
+    *,
+    roots: int | Sequence[int] = 5,
+    k: int | None = 3,
+    mass: float | None = None,
+    depth: int | None = None,
+    prompt: int | None = None,
+    standardized: bool = False,
+) -> nx.DiGraph:
+    """Trace backward from the last layer's root features.
+
+    ``roots``: how many of the most important features (an int) or which features (a list).
+    ``k`` / ``mass``: the parent rule (set ``k=None`` to use ``mass``). ``depth``: how many layers
+    to go down (default: to the first collected layer). ``prompt``: row of ``Z`` whose activations
+    weight every score (per-prompt circuit); None for the dataset-level circuit.
+    ``standardized``: weight dataset-level scores by each feature's standard deviation over the
+    prompts, ``|A| * std(z)``, the change a typical variation of the feature makes (the paper
+    ranks by ``|A|`` alone, which favours rarely active features with small activations).
+    """
+    last = regressions.layers[-1]
+    if label_fit.layer != last:
+        raise ValueError(f"the label fit reads layer {label_fit.layer}, the last layer is {last}")
+    if prompt is not None and standardized:
+        raise ValueError("give either prompt (per-prompt weights) or standardized, not both")
+
+    def z(layer: int) -> np.ndarray | None:
+        if prompt is not None:
+            return _row(regressions.Z[layer], prompt)
+        return feature_std(regressions.Z[layer]) if standardized else None
+
+    importance = label_importance(label_fit, z(last))
+    if isinstance(roots, int):
+        chosen = select(importance, k=roots)
+    else:
+        chosen = np.asarray(roots, dtype=int)
+    graph = nx.DiGraph()
+    for feature in chosen:
+        graph.add_node(node_name(last, int(feature)), layer=last, feature=int(feature),
+                       importance=float(importance[feature]))  # fmt: skip
+    frontier, layer = [int(f) for f in chosen], last
+    steps = len(regressions.layers) - 1 if depth is None else depth
+    for _ in range(steps):
+        if not frontier or layer == regressions.layers[0]:
+            break
+        below = regressions.parent_layer(layer)
+        weight = z(below)
+        next_frontier: set[int] = set()
+        for child, fit in regressions.parents(layer, frontier).items():
+            coef = fit.column(child).toarray().ravel()
+            scores = np.abs(coef) if weight is None else np.abs(coef) * np.abs(weight)
+            for parent in select(scores, k=k, mass=mass):
+                name = node_name(below, int(parent))
+                if name not in graph:
+                    graph.add_node(name, layer=below, feature=int(parent), importance=0.0)
+                graph.nodes[name]["importance"] += float(scores[parent])
+                graph.add_edge(name, node_name(layer, child), coef=float(coef[parent]),
+                               score=float(scores[parent]))  # fmt: skip
+                next_frontier.add(int(parent))
+        frontier, layer = sorted(next_frontier), below
+    return graph
+
+
+def feature_std(Z: Features) -> np.ndarray:
+    """``(D,)`` standard deviation of each feature of ``Z: (M, D)`` over the prompts."""
+    mean = np.asarray(Z.mean(0)).ravel()
+    return np.sqrt(np.maximum(np.asarray(Z.multiply(Z).mean(0)).ravel() - mean**2, 0.0))
+
+
+def _row(Z: Features, prompt: int) -> np.ndarray:
+    if not 0 <= prompt < Z.shape[0]:
+        raise ValueError(f"prompt {prompt} out of range: there are {Z.shape[0]} prompts")
+    return np.asarray(Z[prompt].toarray()).ravel()
+
+
+def classify_edge(parent_tokens: Collection[str], child_tokens: Collection[str],
+                  overlap: float = 0.5) -> str:  # fmt: skip
+    """The edge type of Sec. 4.2.1 from the parent's and child's top-token sets.
+
+    With ``shared`` their intersection: ``persistence`` if ``shared`` holds at least ``overlap``
+    of each set (the concept carries over); ``merging`` if it holds ``overlap`` of the parent's
+    tokens only (the child adds concepts from elsewhere); ``dropping`` if it holds ``overlap`` of
+    the child's tokens only (the child keeps part of the parent's concept); else ``other``.
+    """
+    parent, child = set(parent_tokens), set(child_tokens)
+    if not parent or not child:
+        return "other"
+    shared = len(parent & child)
+    keeps_parent, explains_child = shared >= overlap * len(parent), shared >= overlap * len(child)
+    if keeps_parent and explains_child:
+        return "persistence"
+    if keeps_parent:
+        return "merging"
+    return "dropping" if explains_child else "other"
+
+
+def classify_edges(
+    graph: nx.DiGraph, top_tokens: Mapping[str, Collection[str]], overlap: float = 0.5
+) -> None:
+    """Set every edge's ``type`` attribute by :func:`classify_edge` (``top_tokens`` by node)."""
+    for parent, child, data in graph.edges(data=True):
+        data["type"] = classify_edge(top_tokens[parent], top_tokens[child], overlap)
+
+
+def to_json(graph: nx.DiGraph, path: str | Path | None = None) -> str:
+    """The circuit as node-link JSON (written atomically to ``path`` if given)."""
+    text = json.dumps(nx.node_link_data(graph, edges="edges"), indent=1, sort_keys=True)
+    if path is not None:
+        with atomic_path(path) as tmp:
+            tmp.write_text(text)
+    return text
+
+
+def from_json(text: str) -> nx.DiGraph:
+    """Inverse of :func:`to_json`."""
+    return nx.node_link_graph(json.loads(text), directed=True, edges="edges")

@@ -1,0 +1,99 @@
+"""Token-averaged activations at the nodes of the component graph (:mod:`circuitlasso.data.graph`).
+
+:func:`collect_nodes` runs the model on a batch of prompts (for CircuitLasso: clean and corrupted
+prompts stacked) and averages every node's activation over the selected token positions, giving one
+observation row per prompt: ``X: (M, N)`` with the node blocks side by side in computation order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+from transformer_lens import HookedTransformer
+
+from circuitlasso.data.graph import LOGITS, allowed_parents, graph_nodes, require_hook_flags
+
+
+@dataclass(frozen=True)
+class NodeActivations:
+    """Token-averaged node activations: ``X: (M, N)``, blocks in computation order.
+
+    ``block_sizes[j]`` columns belong to ``names[j]``; ``parents[j]`` lists the block indices
+    allowed to feed block ``j``.
+    """
+
+    X: torch.Tensor
+    names: list[str]
+    block_sizes: list[int]
+    parents: list[list[int]]
+
+    def block(self, name: str) -> torch.Tensor:
+        """The columns of node ``name``: (M, block_size)."""
+        if name not in self.names:
+            raise ValueError(f"no node named {name!r}; nodes: {self.names}")
+        j = self.names.index(name)
+        start = sum(self.block_sizes[:j])
+        return self.X[:, start : start + self.block_sizes[j]]
+
+
+def _position_weights(position_mask: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
+    """Averaging weights over positions: (M, P), rows summing to 1."""
+    m, p = tokens.shape
+    if position_mask is None:
+        mask = torch.ones(m, p)
+    else:
+        mask = position_mask.to(torch.float32)
+        if mask.ndim == 1:
+            mask = mask.expand(m, -1)
+        if mask.shape != (m, p):
+            raise ValueError(f"position_mask shape {tuple(position_mask.shape)} != tokens {(m, p)}")
+    counts = mask.sum(1, keepdim=True)
+    if (counts == 0).any():
+        raise ValueError("position_mask selects no position for some prompts")
+    return mask / counts
+
+
+def collect_nodes(
+    model: HookedTransformer,
+    tokens: torch.Tensor,
+    position_mask: torch.Tensor | None = None,
+    batch_size: int = 1024,
+    progress: bool = False,
+) -> NodeActivations:
+    """Token-averaged activations of every graph node on ``tokens: (M, P)``.
+
+    ``position_mask: (P,)`` or ``(M, P)`` bool selects the positions averaged over (default all).
+    """
+    require_hook_flags(model)
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be (prompts, positions), got shape {tuple(tokens.shape)}")
+    nodes = graph_nodes(model)
+    weights = _position_weights(position_mask, tokens)
+    hooks = sorted({n.hook for n in nodes if n.hook != LOGITS})
+    blocks: list[list[torch.Tensor]] = [[] for _ in nodes]
+    device = model.cfg.device
+    for start in tqdm(range(0, len(tokens), batch_size), desc="collect", disable=not progress):
+        batch = tokens[start : start + batch_size].to(device)
+        w = weights[start : start + batch_size].to(device)
+        cache: dict[str, torch.Tensor] = {}
+
+        def save(activation: torch.Tensor, hook, cache=cache) -> None:
+            cache[hook.name] = activation
+
+        with torch.inference_mode():
+            logits = model.run_with_hooks(batch, fwd_hooks=[(h, save) for h in hooks])
+        cache[LOGITS] = logits
+        for j, node in enumerate(nodes):
+            act = cache[node.hook]
+            if node.head is not None:
+                act = act[:, :, node.head]
+            blocks[j].append(torch.einsum("mp,mpd->md", w, act.float()).cpu())
+    columns = [torch.cat(b) for b in blocks]
+    return NodeActivations(
+        X=torch.cat(columns, dim=1),
+        names=[n.name for n in nodes],
+        block_sizes=[c.shape[1] for c in columns],
+        parents=allowed_parents(nodes),
+    )

@@ -1,0 +1,247 @@
+"""Token-averaged SAE features per layer: the inputs of the layer-pair regressions.
+
+:func:`collect_sae_features` (paper Sec. 3.3 and App. B.3): for each layer ``l`` its SAE encodes
+every token of every prompt at the SAE's own hook, and the features are averaged over the prompt's
+real tokens (BOS, EOS and padding left out, see :mod:`circuitlasso.collect.forward`), giving
+``Z_l: (M, D)`` as a float32 CSR matrix. Prompts stream through the model in batches, the forward
+pass stops after the last block an SAE reads, and each batch's averages become sparse at once, so no
+``(M, tokens, D)`` or ``(M, D)`` dense array is ever held. Batches are cached on disk
+(:func:`circuitlasso.cache.load_or_compute_chunks`) under a key naming the model, the SAEs, the
+prompts and the hooks: a rerun loads them, an interrupted run resumes after the last saved batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from sae_lens import SAE
+from transformer_lens import HookedTransformer
+
+from circuitlasso.cache import cache_key, load_or_compute_chunks
+from circuitlasso.collect.forward import (
+    check_prompts,
+    special_token_ids,
+    stop_at_layer,
+    tokenize_batch,
+)
+from circuitlasso.data.models import check_sae_fits
+
+SAE_COLLECTOR_VERSION = 1  # part of the cache key; bump when the stored chunks change meaning
+_FINGERPRINT_SAMPLES = 64  # values sampled from each model parameter for the cache key
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def model_fingerprint(model: HookedTransformer) -> str:
+    """Hex sha256 of the model's config and a strided sample of every parameter's values.
+
+    Cheap even for billions of parameters, and different for models that share a name but not
+    their weights (random initialisations with different seeds, fine-tuned checkpoints).
+    """
+    cfg = {k: v for k, v in model.cfg.to_dict().items() if k not in ("device", "n_devices")}
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    for name, param in model.named_parameters():
+        flat = param.detach().reshape(-1)
+        sample = flat[:: max(1, flat.numel() // _FINGERPRINT_SAMPLES)]
+        digest.update(f"{name}{tuple(param.shape)}{param.dtype}".encode())
+        digest.update(_tensor_bytes(sample))
+    return digest.hexdigest()
+
+
+def sae_fingerprint(sae: SAE) -> str:
+    """Hex sha256 of the SAE's config (hook, widths, architecture; not its device) and weights."""
+    cfg = {k: v for k, v in sae.cfg.to_dict().items() if k not in ("device", "metadata")}
+    cfg["hook_name"] = sae.cfg.metadata.hook_name
+    cfg["architecture"] = sae.cfg.architecture()
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    for name, value in sorted(sae.state_dict().items()):
+        digest.update(f"{name}{tuple(value.shape)}{value.dtype}".encode())
+        digest.update(_tensor_bytes(value))
+    return digest.hexdigest()
+
+
+def _prompts_hash(prompts: list[str]) -> str:
+    return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
+
+
+def _nonfinite_error(what: str, rows: torch.Tensor, first: int, prompts: list[str]) -> ValueError:
+    bad = sorted({int(r) for r in rows})
+    return ValueError(
+        f"non-finite values (NaN or inf) in {what} for prompts "
+        f"{[first + r for r in bad[:5]]}{' ...' if len(bad) > 5 else ''}, "
+        f"e.g. {prompts[bad[0]][:80]!r}"
+    )
+
+
+def _average_features(
+    sae: SAE, activations: torch.Tensor, rows: torch.Tensor, counts: torch.Tensor
+) -> torch.Tensor:
+    """Per-prompt mean of ``sae.encode(activations)``: ``(B, D)`` float32.
+
+    ``activations: (T, d_in)`` are the batch's real tokens, ``rows: (T,)`` their prompts and
+    ``counts: (B,)`` the real tokens per prompt.
+    """
+    device = sae.W_enc.device
+    features = sae.encode(activations.to(device))
+    if features.is_sparse:
+        features = features.to_dense()
+    sums = torch.zeros(len(counts), sae.cfg.d_sae, dtype=torch.float32, device=device)
+    sums.index_add_(0, rows.to(device), features.to(torch.float32))
+    del features
+    return sums / counts.to(device=device, dtype=torch.float32).unsqueeze(1)
+
+
+def _csr_parts(means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(indptr, indices, data)`` of a dense ``(B, D)`` matrix's nonzeros, int32 indices."""
+    rows, cols = means.nonzero(as_tuple=True)
+    data = means[rows, cols].cpu()
+    counts = torch.bincount(rows.cpu(), minlength=means.shape[0])
+    indptr = torch.zeros(means.shape[0] + 1, dtype=torch.int64)
+    indptr[1:] = counts.cumsum(0)
+    return indptr, cols.cpu().to(torch.int32), data
+
+
+def collect_sae_features(
+    model: HookedTransformer,
+    saes: dict[int, SAE],
+    prompts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    cache_dir: str | Path | None = None,
+    cache_key_parts: dict | None = None,
+    progress: bool = True,
+) -> dict[int, sp.csr_matrix]:
+    """Token-averaged SAE features per layer: ``{layer: Z_layer}``, each ``(M, d_sae)`` CSR.
+
+    ``saes[layer]`` encodes the activations at its own hook (``sae.cfg.metadata.hook_name``;
+    the SAE must fit the model, see :func:`circuitlasso.data.models.check_sae_fits`); the dict keys
+    only name the outputs. Row ``i`` of ``Z_layer`` is the mean of the SAE's features over the
+    real tokens of ``prompts[i]``, float32.
+
+    Tokens: each prompt is tokenized with ``model.to_tokens`` (BOS prepended as the model's
+    ``default_prepend_bos`` says) and right-padded within its batch. Positions holding the
+    tokenizer's BOS, EOS or PAD id are left out of the average: they are the positions sae-lens
+    drops when training with ``exclude_special_tokens`` (as the toy SAEs are), and the BOS
+    position's large-norm activation would otherwise dominate every prompt's mean. With right
+    padding and causal attention, padding does not change the activations at real positions. A
+    prompt with no real token, or longer than the model's context, is an error naming it.
+
+    Streaming: prompts go through the model ``batch_size`` at a time, only up to the last block
+    an SAE reads (``stop_at_layer``) and saving only the SAEs' hooks; the SAE encodes the real
+    tokens of the batch and the batch's means are made sparse at once. Peak memory is a few
+    copies of one batch's ``(real tokens, D)`` dense features (the SAE's temporaries) plus the
+    sparse result; lower ``batch_size`` to lower it.
+
+    Cache: each batch is saved under ``cache_dir`` (default ``$CIRCUITLASSO_CACHE``, see
+    :func:`circuitlasso.cache.cache_root`) as soon as it is done, keyed by the model (name and a
+    fingerprint of its weights), each SAE (hook, config and a hash of its weights), the prompts
+    (a hash), the hooks and ``batch_size``, plus ``cache_key_parts`` (strings, numbers,
+    booleans, None or lists of them). A rerun loads the batches without running the model; an
+    interrupted run resumes after the last saved batch. Hashing the SAE weights reads them once
+    per call (about a second per GiB).
+
+    Errors: an SAE whose hook is not a hook of the model (with close matches) or whose ``d_in``
+    differs from the model's width, an empty prompt list, and non-finite activations or features
+    (naming the hook and the prompts) raise ``ValueError``.
+    """
+    prompts = check_prompts(prompts)
+    if not saes:
+        raise ValueError("saes is empty: need at least one {layer: SAE}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    for sae in saes.values():
+        check_sae_fits(model, sae)
+    layers = sorted(saes)
+    hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in layers}
+    special_ids = special_token_ids(model)
+    special = torch.tensor(special_ids, dtype=torch.long)
+    starts = range(0, len(prompts), batch_size)
+    batches = [tokenize_batch(model, prompts[s : s + batch_size], s, special) for s in starts]
+
+    extra = cache_key_parts or {}
+    key = cache_key(
+        what="sae_features",
+        version=SAE_COLLECTOR_VERSION,
+        model=model.cfg.model_name,
+        model_fingerprint=model_fingerprint(model),
+        saes=[[layer, hooks[layer], sae_fingerprint(saes[layer])] for layer in layers],
+        prompts=_prompts_hash(prompts),
+        n_prompts=len(prompts),
+        batch_size=batch_size,
+        prepend_bos=bool(model.cfg.default_prepend_bos),
+        excluded_token_ids=special_ids,
+        extra=[[str(name), value] for name, value in sorted(extra.items())],
+    )
+    hook_names = sorted(set(hooks.values()))
+    stop = stop_at_layer(hook_names)
+
+    def chunk(i: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        tokens, real = batches[i]
+        first = starts[i]
+        batch_prompts = prompts[first : first + len(tokens)]
+        saved: dict[str, torch.Tensor] = {}
+
+        def save(activation: torch.Tensor, hook: Any) -> None:
+            saved[hook.name] = activation
+
+        parts = []
+        with torch.inference_mode():
+            model.run_with_hooks(
+                tokens.to(model.cfg.device),
+                fwd_hooks=[(name, save) for name in hook_names],
+                stop_at_layer=stop,
+            )
+            for layer in layers:
+                activations = saved[hooks[layer]]
+                mask = real.to(activations.device)
+                rows = mask.nonzero()[:, 0]
+                tokens_real = activations[mask]  # (real tokens, d_in)
+                finite = torch.isfinite(tokens_real).all(1)
+                if not bool(finite.all()):
+                    raise _nonfinite_error(
+                        f"the activations at hook {hooks[layer]!r}",
+                        rows[~finite],
+                        first,
+                        batch_prompts,
+                    )
+                means = _average_features(saes[layer], tokens_real, rows, mask.sum(1))
+                if not bool(torch.isfinite(means).all()):
+                    rows = (~torch.isfinite(means)).any(1).nonzero()[:, 0]
+                    raise _nonfinite_error(
+                        f"the features of the SAE on {hooks[layer]!r} (layer {layer})",
+                        rows,
+                        first,
+                        batch_prompts,
+                    )
+                parts.append(_csr_parts(means))
+                del means
+        return parts
+
+    chunks = load_or_compute_chunks(
+        key,
+        len(batches),
+        chunk,
+        root=cache_dir,
+        desc=f"SAE features ({batch_size} prompts/batch)",
+        progress=progress,
+    )
+    result = {}
+    for j, layer in enumerate(layers):
+        d_sae = saes[layer].cfg.d_sae
+        blocks = [
+            sp.csr_matrix(
+                (data.numpy(), indices.numpy(), indptr.numpy()), shape=(len(indptr) - 1, d_sae)
+            )
+            for indptr, indices, data in (c[j] for c in chunks)
+        ]
+        result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)
+    return result

@@ -1,0 +1,92 @@
+"""The component graph of a HookedTransformer: node names, hook locations and candidate edges.
+
+The graph has the nodes EAP-IG and InterpBench use, in computation order: ``input`` (token plus
+position embedding), per layer the heads ``a{l}.h{h}`` then the MLP ``m{l}``, and ``output`` (the
+logits). A node's activation is what it writes: the embedding, a head's ``hook_result`` slice, the
+MLP's ``hook_mlp_out``, the logits for ``output``. A child may read any node that comes before it,
+except that heads of one layer run in parallel and so never feed each other. An edge
+``(parent, child)`` says the child reads what the parent writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from transformer_lens import HookedTransformer
+
+Edge = tuple[str, str]
+INPUT = "input"
+OUTPUT = "output"
+
+
+NodeKind = Literal["input", "head", "mlp", "output"]
+
+
+REQUIRED_HOOK_FLAGS = ("use_attn_result", "use_split_qkv_input", "use_hook_mlp_in")
+
+
+LOGITS = "logits"
+
+
+INPUT_HOOK = "blocks.0.hook_resid_pre"  # token plus position embedding
+
+
+@dataclass(frozen=True)
+class NodeLocation:
+    """Where a graph node's activation lives: ``hook`` (and ``head`` for attention heads).
+
+    ``layer`` is -1 for ``input`` and ``n_layers`` for ``output``; ``hook`` is ``"logits"`` for
+    ``output`` (the model's return value).
+    """
+
+    name: str
+    kind: NodeKind
+    layer: int
+    hook: str
+    head: int | None = None
+
+
+def require_hook_flags(model: HookedTransformer) -> None:
+    """ValueError naming every hook flag in ``REQUIRED_HOOK_FLAGS`` the model's config lacks."""
+    missing = [flag for flag in REQUIRED_HOOK_FLAGS if not getattr(model.cfg, flag, False)]
+    if missing:
+        raise ValueError(
+            f"model config lacks hook flags {missing}; set them with "
+            f"model.set_use_attn_result(True), model.set_use_split_qkv_input(True), "
+            f"model.set_use_hook_mlp_in(True) (or in the HookedTransformerConfig)"
+        )
+
+
+def graph_nodes(model: HookedTransformer) -> list[NodeLocation]:
+    """The model's component nodes in computation order."""
+    cfg = model.cfg
+    nodes = [NodeLocation(INPUT, "input", -1, INPUT_HOOK)]
+    for layer in range(cfg.n_layers):
+        nodes.extend(
+            NodeLocation(f"a{layer}.h{h}", "head", layer, f"blocks.{layer}.attn.hook_result", h)
+            for h in range(cfg.n_heads)
+        )
+        if not cfg.attn_only:
+            nodes.append(NodeLocation(f"m{layer}", "mlp", layer, f"blocks.{layer}.hook_mlp_out"))
+    nodes.append(NodeLocation(OUTPUT, "output", cfg.n_layers, LOGITS))
+    return nodes
+
+
+def can_feed(parent: NodeLocation, child: NodeLocation) -> bool:
+    """Whether ``parent`` is computed before ``child`` and writes something ``child`` can read."""
+    if parent.kind == "output" or child.kind == "input":
+        return False
+    if parent.layer != child.layer:
+        return parent.layer < child.layer
+    return parent.kind == "head" and child.kind == "mlp"
+
+
+def allowed_parents(nodes: list[NodeLocation]) -> list[list[int]]:
+    """For each node index ``j``, the indices of the nodes that may feed it."""
+    return [[i for i, p in enumerate(nodes) if can_feed(p, c)] for c in nodes]
+
+
+def candidate_edges(nodes: list[NodeLocation]) -> list[Edge]:
+    """Every edge of the full component graph, parents in computation order."""
+    return [(p.name, c.name) for c in nodes for p in nodes if can_feed(p, c)]

@@ -1,0 +1,264 @@
+"""Language models and their sparse autoencoders, by name.
+
+Hub models load through TransformerLens (``HookedTransformer.from_pretrained``) and hub SAEs
+through sae-lens (``SAE.from_pretrained``), the releases the paper uses; ``"toy"`` loads the
+committed toy world. :func:`tiny_gpt2` builds a GPT-2-architecture model at toy size with random
+weights, for tests that need the GPT-2 code path without the download.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from sae_lens import SAE
+from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import BPE
+from transformer_lens import HookedTransformer
+from transformer_lens import loading_from_pretrained as tl_loading
+from transformers import GPT2Config, PreTrainedTokenizerFast
+
+from circuitlasso.cache import fetch, hub_resource_error
+
+HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
+MODEL_NAMES = (*HUB_MODEL_NAMES, "toy")
+
+GPT2_ENDOFTEXT = "<|endoftext|>"
+GPT2_TOKENIZER_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/{file}"
+GPT2_TOKENIZER_SHA256 = {
+    "vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+
+# sae-lens releases (ids from sae-lens's pretrained_saes.yaml): model -> hook -> (release, sae id).
+# GPT-2 small: OpenAI's v5 32k SAEs (Gao et al.); Pythia-70M: Marks et al.'s SAEs, where
+# ``resid_pre`` exists for layer 0 only (the embedding).
+SAE_RELEASES: dict[str, dict[str, tuple[str, str]]] = {
+    "gpt2": {
+        "resid_post": ("gpt2-small-resid-post-v5-32k", "blocks.{layer}.hook_resid_post"),
+        "resid_mid": ("gpt2-small-resid-mid-v5-32k", "blocks.{layer}.hook_resid_mid"),
+        "attn_out": ("gpt2-small-attn-out-v5-32k", "blocks.{layer}.hook_attn_out"),
+        "mlp_out": ("gpt2-small-mlp-out-v5-32k", "blocks.{layer}.hook_mlp_out"),
+    },
+    "pythia-70m-deduped": {
+        "resid_post": ("pythia-70m-deduped-res-sm", "blocks.{layer}.hook_resid_post"),
+        "resid_pre": ("pythia-70m-deduped-res-sm", "blocks.{layer}.hook_resid_pre"),
+        "attn_out": ("pythia-70m-deduped-att-sm", "blocks.{layer}.hook_attn_out"),
+        "mlp_out": ("pythia-70m-deduped-mlp-sm", "blocks.{layer}.hook_mlp_out"),
+    },
+}
+# Gemma Scope residual-stream SAEs (Lieberum et al.). Default: sae-lens's "canonical" release,
+# width 16k, one L0 per layer (the SAEs Neuronpedia's gemmascope-res-16k pages show); ``l0=``
+# selects a specific ``average_l0_<l0>`` SAE of the full release.
+GEMMA_SCOPE_DEFAULT_WIDTH = "16k"
+GEMMA_SCOPE_SIZES = {"gemma-2-2b": "2b", "gemma-2-9b": "9b"}
+
+
+def gpt2_tokenizer(path: str | Path | None = None) -> PreTrainedTokenizerFast:
+    """GPT-2's byte-level BPE tokenizer built from ``vocab.json`` and ``merges.txt``.
+
+    ``path`` is a folder holding both files; ``None`` fetches them from the hub through
+    :func:`circuitlasso.cache.fetch` (so a local mirror works). Configured as TransformerLens
+    uses GPT-2: ``<|endoftext|>`` is BOS, EOS, UNK and PAD, and ``encode`` prepends BOS
+    (pass ``add_special_tokens=False`` for the bare ids).
+    """
+    if path is None:
+        files = {
+            name: fetch(GPT2_TOKENIZER_URL.format(file=name), sha)
+            for name, sha in GPT2_TOKENIZER_SHA256.items()
+        }
+    else:
+        files = {name: Path(path) / name for name in GPT2_TOKENIZER_SHA256}
+        missing = [str(f) for f in files.values() if not f.is_file()]
+        if missing:
+            raise ValueError(f"GPT-2 tokenizer files not found: {missing}")
+    bpe = Tokenizer(BPE.from_file(str(files["vocab.json"]), str(files["merges.txt"])))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        name_or_path="gpt2",
+        bos_token=GPT2_ENDOFTEXT,
+        eos_token=GPT2_ENDOFTEXT,
+        unk_token=GPT2_ENDOFTEXT,
+        pad_token=GPT2_ENDOFTEXT,
+        add_bos_token=True,
+    )
+
+
+def load_model(
+    name: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> HookedTransformer:
+    """Load a language model as a ``HookedTransformer``, in eval mode.
+
+    ``name`` is one of :data:`MODEL_NAMES`: a TransformerLens hub model (GPT-2 uses
+    :func:`gpt2_tokenizer`) or ``"toy"``, the committed toy-world model.
+    """
+    if name == "toy":
+        from circuitlasso.data.toyworld import load_toy_model
+
+        model = load_toy_model(path=None)
+        model.to(device, print_details=False)
+        model.to(dtype, print_details=False)
+        return model.eval()
+    if name not in HUB_MODEL_NAMES:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
+    tokenizer = gpt2_tokenizer() if name == "gpt2" else None
+    repo = tl_loading.get_official_model_name(name)
+    try:
+        model = HookedTransformer.from_pretrained(
+            name, device=device, dtype=dtype, tokenizer=tokenizer
+        )
+    except OSError as err:  # offline, missing from the hub cache, or gated
+        raise hub_resource_error(f"model {name!r}", repo, err) from err
+    return model.eval()
+
+
+def tiny_gpt2(
+    *,
+    n_layers: int = 2,
+    d_model: int = 64,
+    n_heads: int = 4,
+    n_ctx: int = 128,
+    seed: int = 0,
+    tokenizer: PreTrainedTokenizerFast | None = None,
+    device: str = "cpu",
+) -> HookedTransformer:
+    """A GPT-2-architecture ``HookedTransformer`` at toy size with random weights.
+
+    The config goes through TransformerLens's own GPT-2 conversion (layer norms folded, as
+    ``from_pretrained`` does) and the tokenizer is :func:`gpt2_tokenizer` unless given; only the
+    weights differ from ``load_model("gpt2")``: TransformerLens's GPT-2 initialisation, seeded.
+    """
+    tokenizer = tokenizer if tokenizer is not None else gpt2_tokenizer()
+    hf_config = GPT2Config(
+        n_layer=n_layers,
+        n_embd=d_model,
+        n_head=n_heads,
+        n_positions=n_ctx,
+        vocab_size=len(tokenizer),
+        architectures=["GPT2LMHeadModel"],
+    )
+    hf_config.update({"n_ctx": n_ctx})  # read by TransformerLens; GPT-2's hub config has it too
+    with tempfile.TemporaryDirectory() as tmp:
+        config_dir = Path(tmp) / "tiny-gpt2"
+        hf_config.save_pretrained(config_dir)
+        cfg = tl_loading.get_pretrained_model_config(str(config_dir), fold_ln=True, device=device)
+    cfg.init_weights = True
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = HookedTransformer(cfg, tokenizer)
+    return model.eval()
+
+
+def sae_release(
+    name: str,
+    layer: int,
+    hook: str = "resid_post",
+    *,
+    width: str | None = None,
+    l0: int | None = None,
+) -> tuple[str, str]:
+    """The sae-lens ``(release, sae_id)`` of model ``name``'s SAE at ``blocks.<layer>.<hook>``.
+
+    ``width`` and ``l0`` choose among Gemma Scope SAEs (e.g. ``width="65k", l0=72``); the pair
+    is checked against sae-lens's directory of pretrained SAEs.
+    """
+    if name in GEMMA_SCOPE_SIZES:
+        if hook != "resid_post":
+            raise ValueError(f"hook {hook!r} has no Gemma Scope SAE here; use 'resid_post'")
+        size, width = GEMMA_SCOPE_SIZES[name], width or GEMMA_SCOPE_DEFAULT_WIDTH
+        if l0 is None:
+            release = f"gemma-scope-{size}-pt-res-canonical"
+            sae_id = f"layer_{layer}/width_{width}/canonical"
+        else:
+            release = f"gemma-scope-{size}-pt-res"
+            sae_id = f"layer_{layer}/width_{width}/average_l0_{l0}"
+    elif name in SAE_RELEASES:
+        if width is not None or l0 is not None:
+            raise ValueError(f"width/l0 select Gemma Scope SAEs only, not SAEs of {name!r}")
+        if hook not in SAE_RELEASES[name]:
+            raise ValueError(
+                f"hook {hook!r} has no SAE release for {name!r}; "
+                f"valid hooks: {', '.join(SAE_RELEASES[name])}"
+            )
+        release, template = SAE_RELEASES[name][hook]
+        sae_id = template.format(layer=layer)
+    else:
+        valid = [*SAE_RELEASES, *GEMMA_SCOPE_SIZES, "toy"]
+        raise ValueError(f"no SAEs for model {name!r}; valid names: {', '.join(valid)}")
+
+    known_ids = get_pretrained_saes_directory()[release].saes_map
+    if sae_id not in known_ids:
+        close = difflib.get_close_matches(sae_id, known_ids, n=5, cutoff=0.6)
+        raise ValueError(
+            f"sae-lens release {release!r} has no SAE {sae_id!r} "
+            f"(layer {layer}, hook {hook!r}); close matches: {close}"
+        )
+    return release, sae_id
+
+
+def check_sae_fits(model: HookedTransformer, sae: SAE) -> None:
+    """Raise ``ValueError`` unless ``sae`` reads a hook of ``model`` with ``d_in == d_model``.
+
+    Meant for SAEs on residual-stream-width hooks (``resid_*``, ``attn_out``, ``mlp_out``).
+    """
+    hook_name = sae.cfg.metadata.hook_name
+    if hook_name not in model.hook_dict:
+        close = difflib.get_close_matches(str(hook_name), model.hook_dict, n=5, cutoff=0.6)
+        raise ValueError(
+            f"SAE hook {hook_name!r} is not a hook of model {model.cfg.model_name!r}; "
+            f"close matches: {close}"
+        )
+    if sae.cfg.d_in != model.cfg.d_model:
+        raise ValueError(
+            f"SAE on {hook_name!r} has d_in={sae.cfg.d_in} but model "
+            f"{model.cfg.model_name!r} has d_model={model.cfg.d_model}"
+        )
+
+
+def load_saes(
+    name: str,
+    layers: Iterable[int],
+    hook: str = "resid_post",
+    *,
+    device: str = "cpu",
+    model: HookedTransformer | None = None,
+    width: str | None = None,
+    l0: int | None = None,
+) -> dict[int, SAE]:
+    """Load model ``name``'s SAEs at ``blocks.<layer>.<hook>`` for each layer, keyed by layer.
+
+    Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
+    SAEs. If ``model`` is given, each SAE is checked to fit it (:func:`check_sae_fits`).
+    """
+    layers = list(layers)
+    if name == "toy":
+        if hook != "resid_post" or width is not None or l0 is not None:
+            raise ValueError("toy SAEs exist for hook 'resid_post' only, without width/l0")
+        from circuitlasso.data.toyworld import load_toy_saes
+
+        saes = {layer: sae.to(device) for layer, sae in load_toy_saes(layers=layers).items()}
+    else:
+        saes = {}
+        for layer in layers:
+            release, sae_id = sae_release(name, layer, hook, width=width, l0=l0)
+            try:
+                saes[layer] = SAE.from_pretrained(release, sae_id, device=device)
+            except OSError as err:  # offline or missing from the hub cache
+                lookup = get_pretrained_saes_directory()[release]
+                folder = lookup.saes_map[sae_id]
+                raise hub_resource_error(
+                    f"SAE {sae_id!r} of release {release!r}",
+                    lookup.repo_id,
+                    err,
+                    include=f"{folder}/*",
+                ) from err
+    if model is not None:
+        for sae in saes.values():
+            check_sae_fits(model, sae)
+    return {layer: sae.eval() for layer, sae in saes.items()}

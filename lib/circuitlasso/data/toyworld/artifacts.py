@@ -1,0 +1,141 @@
+"""The toy world on disk: layout, saving and loading of the model, SAEs and manifest.
+
+Layout of a toy-world folder (default ``data/toy/`` of the repository)::
+
+    tokenizer.json
+    model/config.json              HookedTransformerConfig arguments and the data seed
+    model/model.safetensors        state dict
+    saes/blocks.{l}.hook_resid_post/cfg.json, sae_weights.safetensors   (sae-lens format)
+    report.json                    the quality report at build time
+    manifest.json                  sha256 of every other file, seed, versions, command
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from sae_lens import SAE
+from safetensors.torch import load_file, save_file
+from transformer_lens import HookedTransformer
+
+import circuitlasso
+from circuitlasso.data.toyworld.lm import make_model, resid_hook
+from circuitlasso.data.toyworld.tokenizer import TOKENIZER_FILE, load_tokenizer
+
+MODEL_DIR = "model"
+MODEL_CONFIG = "config.json"
+MODEL_WEIGHTS = "model.safetensors"
+SAES_DIR = "saes"
+REPORT_FILE = "report.json"
+MANIFEST_FILE = "manifest.json"
+VERSIONED_PACKAGES = ("circuitlasso", "torch", "transformer-lens", "sae-lens", "tokenizers")
+FILE_MODE = 0o644
+BUILD_HINT = "build it with `circuitlasso toy build` (or pass the folder of a built toy world)"
+
+
+def default_toy_dir() -> Path:
+    """``data/toy`` of the repository this package lives in."""
+    return Path(circuitlasso.__file__).resolve().parents[2] / "data" / "toy"
+
+
+def toy_dir(path: Path | str | None) -> Path:
+    """``path`` (default: ``default_toy_dir()``), checked to hold a toy model."""
+    root = Path(path) if path is not None else default_toy_dir()
+    if not (root / MODEL_DIR / MODEL_WEIGHTS).is_file():
+        raise FileNotFoundError(f"no toy world at {root}: {BUILD_HINT}")
+    return root
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically (temporary file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(obj, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.chmod(tmp, FILE_MODE)
+    os.replace(tmp, path)
+
+
+def save_model(model: HookedTransformer, arch: dict[str, Any], seed: int, root: Path) -> None:
+    """Write the model's architecture, data seed and weights under ``root/model``."""
+    directory = root / MODEL_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(directory / MODEL_CONFIG, {"architecture": arch, "seed": seed})
+    weights = {k: v.contiguous() for k, v in model.state_dict().items()}
+    fd, tmp = tempfile.mkstemp(prefix=f".{MODEL_WEIGHTS}-", dir=directory)
+    os.close(fd)
+    save_file(weights, tmp)
+    os.chmod(tmp, FILE_MODE)
+    os.replace(tmp, directory / MODEL_WEIGHTS)
+
+
+def model_config(path: Path | str | None = None) -> dict[str, Any]:
+    """``{"architecture": HookedTransformerConfig arguments, "seed": data seed}``."""
+    return json.loads((toy_dir(path) / MODEL_DIR / MODEL_CONFIG).read_text())
+
+
+def load_toy_model(path: Path | str | None = None) -> HookedTransformer:
+    """The toy language model (eval mode, CPU) with its word-level tokenizer attached."""
+    root = toy_dir(path)
+    arch = model_config(root)["architecture"]
+    model = make_model(arch, load_tokenizer(root / TOKENIZER_FILE))
+    model.load_state_dict(load_file(root / MODEL_DIR / MODEL_WEIGHTS))
+    return model.eval()
+
+
+def sae_dir(root: Path, layer: int) -> Path:
+    return root / SAES_DIR / resid_hook(layer)
+
+
+def load_toy_saes(
+    layers: list[int] | None = None, path: Path | str | None = None
+) -> dict[int, SAE]:
+    """SAEs on ``blocks.{l}.hook_resid_post`` by layer (default: every layer)."""
+    root = toy_dir(path)
+    n_layers = model_config(root)["architecture"]["n_layers"]
+    chosen = list(range(n_layers)) if layers is None else list(layers)
+    bad = [layer for layer in chosen if not 0 <= layer < n_layers]
+    if bad:
+        raise ValueError(f"layers {bad} out of range: the toy model has {n_layers} layers")
+    missing = [layer for layer in chosen if not (sae_dir(root, layer) / "cfg.json").is_file()]
+    if missing:
+        raise FileNotFoundError(f"no toy SAE for layers {missing} under {root / SAES_DIR}")
+    return {layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu") for layer in chosen}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def artifact_files(root: Path) -> list[Path]:
+    """Every file of a toy world except the manifest, sorted."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+
+
+def write_manifest(root: Path, info: dict[str, Any]) -> None:
+    """``manifest.json``: ``info`` plus library versions and the sha256 of every file."""
+    versions = {name: version(name) for name in VERSIONED_PACKAGES}
+    files = {p.relative_to(root).as_posix(): sha256(p) for p in artifact_files(root)}
+    write_json(root / MANIFEST_FILE, {**info, "versions": versions, "files": files})
+
+
+def manifest_mismatches(path: Path | str | None = None) -> list[str]:
+    """Files whose sha256 differs from ``manifest.json`` or that are missing or unlisted."""
+    root = toy_dir(path)
+    listed = json.loads((root / MANIFEST_FILE).read_text())["files"]
+    present = {p.relative_to(root).as_posix(): p for p in artifact_files(root)}
+    problems = [f"missing: {name}" for name in sorted(set(listed) - set(present))]
+    problems += [f"unlisted: {name}" for name in sorted(set(present) - set(listed))]
+    problems += [
+        f"sha256 differs: {name}"
+        for name in sorted(set(listed) & set(present))
+        if sha256(present[name]) != listed[name]
+    ]
+    return problems

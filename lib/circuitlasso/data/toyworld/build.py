@@ -1,0 +1,143 @@
+"""One-command, seeded build of the toy world: tokenizer, language model, one SAE per layer,
+report and manifest, written to a staging folder and swapped into place when complete."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from circuitlasso.data.toyworld.artifacts import (
+    REPORT_FILE,
+    default_toy_dir,
+    sae_dir,
+    save_model,
+    write_json,
+    write_manifest,
+)
+from circuitlasso.data.toyworld.datasets import lm_training_texts
+from circuitlasso.data.toyworld.grammar import vocabulary
+from circuitlasso.data.toyworld.lm import (
+    LMConfig,
+    architecture,
+    encode_documents,
+    make_model,
+    pad_documents,
+    train_lm,
+)
+from circuitlasso.data.toyworld.report import toy_report
+from circuitlasso.data.toyworld.saes import SAETrainingConfig, train_sae
+from circuitlasso.data.toyworld.tokenizer import TOKENIZER_FILE, build_tokenizer, save_tokenizer
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Corpus size, language model and SAE settings of a build."""
+
+    n_sentences: int
+    n_biographies: int
+    lm: LMConfig
+    sae: SAETrainingConfig
+
+
+FULL = BuildConfig(n_sentences=60_000, n_biographies=12_000, lm=LMConfig(), sae=SAETrainingConfig())
+QUICK = BuildConfig(
+    n_sentences=4_000,
+    n_biographies=800,
+    lm=LMConfig(
+        n_layers=2, d_model=32, n_heads=2, d_mlp=128, epochs=1, batch_tokens=1024, warmup_steps=10
+    ),
+    sae=SAETrainingConfig(
+        training_tokens=40_000,
+        rounds=2,
+        batch_tokens=512,
+        warmup_steps=5,
+        buffer_batches=32,
+        resample_documents=500,
+    ),
+)
+
+
+def build_command(out_dir: Path, seed: int, quick: bool) -> str:
+    """The ``circuitlasso`` command line that makes this build."""
+    parts = ["circuitlasso", "toy", "build"]
+    if out_dir.resolve() != default_toy_dir():
+        parts += ["--out", str(out_dir)]
+    parts += ["--seed", str(seed)] + (["--quick"] if quick else [])
+    return " ".join(parts)
+
+
+@contextmanager
+def _deterministic() -> Iterator[None]:
+    """Deterministic kernels on one thread (sums do not depend on the machine's core count)."""
+    previous = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0])
+        torch.set_num_threads(previous[1])
+
+
+@contextmanager
+def _staged(out_dir: Path) -> Iterator[Path]:
+    """A fresh sibling folder that replaces ``out_dir`` if the block succeeds."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
+    stage.chmod(0o755)
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    retired = out_dir.with_name(f".{out_dir.name}-previous")
+    shutil.rmtree(retired, ignore_errors=True)
+    if out_dir.exists():
+        os.replace(out_dir, retired)
+    os.replace(stage, out_dir)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _make_readable(root: Path) -> None:
+    """Files 0644 and folders 0755 (some writers create private temporary files)."""
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def build_toy_world(out_dir: Path | str | None = None, seed: int = 0, quick: bool = False) -> Path:
+    """Generate the corpus, train the LM and one SAE per layer, and write everything (plus
+    ``report.json`` and ``manifest.json``) to ``out_dir`` (default: ``data/toy``)."""
+    out = Path(out_dir) if out_dir is not None else default_toy_dir()
+    cfg = QUICK if quick else FULL
+    with _deterministic(), _staged(out) as stage:
+        tokenizer = build_tokenizer(vocabulary())
+        save_tokenizer(tokenizer, stage / TOKENIZER_FILE)
+        texts = lm_training_texts(seed, cfg.n_sentences, cfg.n_biographies)
+        documents = encode_documents(tokenizer, texts, cfg.lm.n_ctx)
+        arch = architecture(cfg.lm, len(tokenizer))
+        torch.manual_seed(seed)
+        model = make_model(arch, tokenizer)
+        train_lm(model, documents, cfg.lm, seed)
+        save_model(model, arch, seed, stage)
+        rows = pad_documents(documents, tokenizer.pad_token_id)
+        for layer in range(cfg.lm.n_layers):
+            train_sae(model, layer, rows, cfg.sae, sae_dir(stage, layer), seed + layer)
+        write_json(stage / REPORT_FILE, toy_report(stage))
+        _make_readable(stage)
+        write_manifest(
+            stage,
+            {
+                "command": build_command(out, seed, quick),
+                "seed": seed,
+                "quick": quick,
+                "config": asdict(cfg),
+            },
+        )
+    return out

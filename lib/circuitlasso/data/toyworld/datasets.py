@@ -1,0 +1,192 @@
+"""Labelled data sets drawn from the toy language: toy-CoLA and toy Bias in Bios.
+
+Both are generated on the fly from a seed (fast, deterministic) and mirror their hub
+counterparts: toy-CoLA has CoLA's split sizes and about 70% acceptable sentences; toy Bias in
+Bios has the ambiguous and balanced professor/nurse splits of Marks et al.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from circuitlasso.data.toyworld.grammar import (
+    GENDERS,
+    PROFESSIONS,
+    VIOLATION_CATEGORIES,
+    VIOLATIONS,
+    acceptable_sentence,
+    biography,
+    minimal_pair,
+    render,
+    token_categories,
+    unacceptable_sentence,
+)
+
+__all__ = [
+    "COLA_SPLIT_SIZES",
+    "VIOLATION_CATEGORIES",
+    "dominant_category",
+    "load_toy_bias_in_bios",
+    "load_toy_cola",
+    "lm_training_texts",
+    "minimal_pairs",
+    "token_categories",
+]
+
+COLA_SPLIT_SIZES = {"train": 8551, "test": 1043}
+ACCEPTABLE_FRACTION = 0.7
+BIB_GROUP_SIZES = {
+    "ambiguous_train": {("professor", "male"): 1000, ("nurse", "female"): 1000},
+    "balanced_train": {(p, g): 500 for p in PROFESSIONS for g in GENDERS},
+    "ambiguous_test": {("professor", "male"): 250, ("nurse", "female"): 250},
+    "balanced_test": {(p, g): 250 for p in PROFESSIONS for g in GENDERS},
+}
+PARAGRAPH_SENTENCES = 6
+PARAGRAPH_WORDS = 48
+_STREAMS = {"cola": 0, "bios": 1, "lm": 2, "pairs": 3}
+
+
+def _rng(seed: int, stream: str) -> np.random.Generator:
+    """Independent generator per (seed, purpose)."""
+    return np.random.default_rng([seed, _STREAMS[stream]])
+
+
+def _violation_counts(size: int) -> dict[str, int]:
+    """How many sentences of each kind ("none" = acceptable) a split of ``size`` holds."""
+    n_bad = round(size * (1 - ACCEPTABLE_FRACTION))
+    per_type, extra = divmod(n_bad, len(VIOLATIONS))
+    counts = {"none": size - n_bad}
+    counts.update({v: per_type + (i < extra) for i, v in enumerate(VIOLATIONS)})
+    return counts
+
+
+@lru_cache(maxsize=4)
+def _toy_cola(seed: int) -> dict[str, pd.DataFrame]:
+    rng = _rng(seed, "cola")
+    seen: set[str] = set()
+    frames = {}
+    for split in ("test", "train"):
+        rows = []
+        for violation, count in _violation_counts(COLA_SPLIT_SIZES[split]).items():
+            while count:
+                words = (
+                    acceptable_sentence(rng)
+                    if violation == "none"
+                    else unacceptable_sentence(rng, violation)
+                )
+                text = render(words)
+                if text not in seen:
+                    seen.add(text)
+                    rows.append((text, int(violation == "none"), violation))
+                    count -= 1
+        rows = [rows[i] for i in rng.permutation(len(rows))]
+        frames[split] = pd.DataFrame(rows, columns=["sentence", "label", "violation"])
+    return frames
+
+
+def load_toy_cola(split: str, seed: int = 0) -> pd.DataFrame:
+    """Toy-CoLA ``split`` ("train": 8,551 rows, "test": 1,043 rows; no sentence in both).
+
+    Columns: ``sentence`` (str), ``label`` (int, 1 = acceptable), ``violation`` ("none" for
+    acceptable rows, else one of "reflexive", "agreement", "punctuation", "word_order").
+    """
+    if split not in COLA_SPLIT_SIZES:
+        raise ValueError(
+            f"unknown toy-cola split {split!r}; expected one of {list(COLA_SPLIT_SIZES)}"
+        )
+    return _toy_cola(seed)[split].copy()
+
+
+@lru_cache(maxsize=4)
+def _toy_bias_in_bios(seed: int) -> dict[str, pd.DataFrame]:
+    rng = _rng(seed, "bios")
+    seen: set[str] = set()
+    frames = {}
+    for split, groups in BIB_GROUP_SIZES.items():
+        rows = []
+        for (profession, gender), count in groups.items():
+            while count:
+                text = biography(rng, profession, gender)
+                if text not in seen:
+                    seen.add(text)
+                    rows.append((text, profession, gender))
+                    count -= 1
+        rows = [rows[i] for i in rng.permutation(len(rows))]
+        frames[split] = pd.DataFrame(rows, columns=["text", "profession", "gender"])
+    return frames
+
+
+def load_toy_bias_in_bios(seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Toy Bias in Bios in the hub loader's format: "ambiguous_train" (male professors and
+    female nurses, 1,000 each), "balanced_train" (500 per profession x gender),
+    "ambiguous_test" (250 per group) and "balanced_test" (250 per profession x gender).
+
+    Columns: ``text``, ``profession`` ("professor" | "nurse"), ``gender`` ("male" | "female");
+    rows shuffled with ``seed``; no biography in two splits.
+    """
+    return {split: frame.copy() for split, frame in _toy_bias_in_bios(seed).items()}
+
+
+def lm_training_texts(seed: int, n_sentences: int, n_biographies: int) -> list[str]:
+    """Language-model training texts: ``n_sentences`` acceptable sentences grouped into
+    paragraphs (1 to ``PARAGRAPH_SENTENCES`` sentences, at most ``PARAGRAPH_WORDS`` words), then
+    ``n_biographies`` biographies (balanced over profession x gender). No sentence or biography
+    is in toy-CoLA's test split or toy Bias in Bios' test splits.
+    """
+    held_out = set(load_toy_cola("test", seed)["sentence"])
+    for split, frame in _toy_bias_in_bios(seed).items():
+        if split.endswith("_test"):
+            held_out |= set(frame["text"])
+    rng = _rng(seed, "lm")
+    texts: list[str] = []
+    paragraph: list[str] = []
+    size = 1
+    for _ in range(n_sentences):
+        text = render(acceptable_sentence(rng))
+        while text in held_out:
+            text = render(acceptable_sentence(rng))
+        if paragraph and (
+            len(paragraph) == size or len(" ".join([*paragraph, text]).split()) > PARAGRAPH_WORDS
+        ):
+            texts.append(" ".join(paragraph))
+            paragraph, size = [], int(rng.integers(1, PARAGRAPH_SENTENCES + 1))
+        paragraph.append(text)
+    texts += [" ".join(paragraph)] if paragraph else []
+    n_paragraphs = len(texts)
+    groups = [(p, g) for p in PROFESSIONS for g in GENDERS]
+    while len(texts) < n_paragraphs + n_biographies:
+        profession, gender = groups[int(rng.integers(len(groups)))]
+        text = biography(rng, profession, gender)
+        if text not in held_out:
+            texts.append(text)
+    return texts
+
+
+def minimal_pairs(seed: int, violation: str, n_pairs: int) -> list[tuple[str, str]]:
+    """``n_pairs`` (acceptable, unacceptable) sentence pairs that differ by one ``violation`` and
+    have the same number of words (so total log-probabilities compare fairly)."""
+    rng = _rng(seed, "pairs")
+    pairs: list[tuple[str, str]] = []
+    while len(pairs) < n_pairs:
+        good, bad = minimal_pair(rng, violation)
+        if len(good) == len(bad):
+            pairs.append((render(good), render(bad)))
+    return pairs
+
+
+def dominant_category(tokens: Counter[str], min_share: float = 0.5) -> str | None:
+    """The planted category holding at least ``min_share`` of ``tokens`` (a feature's top
+    tokens with their counts), or None: the ground truth a feature's label is checked against."""
+    total = sum(tokens.values())
+    if total == 0:
+        return None
+    shares = {
+        name: sum(n for word, n in tokens.items() if word in members) / total
+        for name, members in token_categories().items()
+    }
+    best = max(shares, key=lambda name: shares[name])
+    return best if shares[best] >= min_share else None

@@ -1,0 +1,7 @@
+"""Evaluation: how good a circuit is and what it costs.
+
+``ablate`` (faithfulness and completeness by node ablation and in the linear surrogate, the IG
+attribution baseline), ``eap`` (EAP and EAP-IG baselines on the component graph), ``interpbench``
+(the benchmark harness and its report), ``debias`` (the Bias in Bios experiment), ``cost`` (the
+paper's Propositions 1 and 2).
+"""

@@ -1,0 +1,76 @@
+"""Debiasing a profession classifier on Bias in Bios (paper Sec. 4.2.2, App. C.6, Tables 1-2).
+
+- :mod:`~circuitlasso.evaluation.debias.data`: the four splits, targets, the accuracies of
+  Table 2.
+- :mod:`~circuitlasso.evaluation.debias.probes`: mean-pooled activations (optionally with SAE
+  features zeroed in the forward pass), logistic probes, concept-bottleneck probes.
+- :mod:`~circuitlasso.evaluation.debias.shift`: SHIFT's integrated-gradient attribution on SAE
+  features.
+- :mod:`~circuitlasso.evaluation.debias.gender`: the automatic gender-feature rule and the toy
+  world's truth.
+- :mod:`~circuitlasso.evaluation.debias.compare`: every method of the comparison on one task.
+"""
+
+from circuitlasso.evaluation.debias.compare import (
+    Comparison,
+    Method,
+    chosen_nodes,
+    compare_methods,
+    describe,
+    zero_columns,
+)
+from circuitlasso.evaluation.debias.data import (
+    TOY_CONCEPTS,
+    accuracies,
+    check_split,
+    load_splits,
+    targets,
+)
+from circuitlasso.evaluation.debias.gender import (
+    GENDER_SWAPS,
+    gender_swap,
+    gendered_share,
+    precision_recall,
+    swap_effects,
+    top_prompt_share,
+    toy_truth,
+)
+from circuitlasso.evaluation.debias.probes import (
+    ConceptBottleneck,
+    Probe,
+    concept_directions,
+    concept_scores,
+    fit_concept_bottleneck,
+    fit_probe,
+    pooled_activations,
+)
+from circuitlasso.evaluation.debias.shift import ig_scores
+
+__all__ = [
+    "GENDER_SWAPS",
+    "TOY_CONCEPTS",
+    "Comparison",
+    "ConceptBottleneck",
+    "Method",
+    "Probe",
+    "accuracies",
+    "check_split",
+    "chosen_nodes",
+    "compare_methods",
+    "concept_directions",
+    "concept_scores",
+    "describe",
+    "fit_concept_bottleneck",
+    "fit_probe",
+    "gender_swap",
+    "gendered_share",
+    "ig_scores",
+    "load_splits",
+    "pooled_activations",
+    "precision_recall",
+    "swap_effects",
+    "targets",
+    "top_prompt_share",
+    "toy_truth",
+    "zero_columns",
+]

@@ -1,0 +1,390 @@
+"""Every method of the paper's Bias in Bios comparison (Tables 1 and 2), run on one task.
+
+Each method builds a profession classifier from the ambiguous training set (ORACLE: from the
+balanced one) and predicts the balanced test set. ``seconds`` is the time to build the
+classifier from the training texts (activations or SAE features, fits, attribution, ranking,
+edited activations for a retrain), without the choice of gender features and without the test
+set; SHIFT's includes training the ORIGINAL probe it edits. SAE features are collected into a
+fresh temporary cache, so no method is timed on cached work.
+
+- ORIGINAL / ORACLE: :func:`~circuitlasso.evaluation.debias.probes.fit_probe` on pooled activations.
+- CBP: the same probe on concept-similarity scores, gender concepts left out.
+- LINEAR PROBING: the support of the l1 fit on the layer's pooled SAE features (the fit
+  CircuitLasso starts from), every other feature zeroed, an l2 probe refit on that support.
+- SHIFT: integrated-gradient scores of every SAE feature up to the probe's layer
+  (:func:`~circuitlasso.evaluation.debias.shift.ig_scores`), the top ``n_candidates`` ranked by
+  ``|score|``,
+  the gender features among them zeroed in the model (SAE error terms kept), the ORIGINAL probe
+  reading the edited activations; -retrain refits the probe on the edited ambiguous set.
+- CircuitLasso: ``A_{s,y}`` by l1-logistic regression on the layer's pooled SAE features
+  (:func:`~circuitlasso.circuits.features.fit_label`), the top ``n_candidates`` by ``|A_{s,y}|``,
+  the gender features among them zeroed in the features fed to the same classifier; -retrain
+  refits ``A_{s,y}`` with those features zeroed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from sae_lens import SAE
+from transformer_lens import HookedTransformer
+
+from circuitlasso.circuits.features import LabelFit, fit_label
+from circuitlasso.circuits.interpret import top_tokens
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.evaluation.ablate import rank_features
+from circuitlasso.evaluation.debias.data import accuracies, targets
+from circuitlasso.evaluation.debias.gender import Node, swap_effects
+from circuitlasso.evaluation.debias.probes import (
+    Probe,
+    fit_concept_bottleneck,
+    fit_probe,
+    pooled_activations,
+)
+from circuitlasso.evaluation.debias.shift import ig_scores
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
+    """``fn(*args, **kwargs)`` and the seconds it took."""
+    start = time.perf_counter()
+    return fn(*args, **kwargs), time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method's balanced-test predictions ``(M,)`` (1 = first profession), the number of
+    SAE features it removed (None: not a feature-removal method) and its seconds."""
+
+    name: str
+    predictions: np.ndarray
+    features: int | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The results ``table`` (one row per method: Table 2's accuracies, Table 1's features and
+    seconds) and, for SHIFT and CircuitLasso, the ranked ``candidates`` (:func:`describe`, plus a
+    column ``removed``) and the ``removed`` gender features."""
+
+    table: pd.DataFrame
+    candidates: dict[str, pd.DataFrame]
+    removed: dict[str, list[Node]]
+
+
+def zero_columns(Z: sp.csr_matrix, features: Sequence[int]) -> sp.csr_matrix:
+    """A copy of ``Z: (M, D)`` with the columns ``features`` set to 0."""
+    keep = np.ones(Z.shape[1])
+    keep[list(features)] = 0.0
+    zeroed = sp.csr_matrix(Z @ sp.diags(keep))
+    zeroed.eliminate_zeros()
+    return zeroed
+
+
+def describe(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    ranking: Sequence[Node],
+    scores: Mapping[int, np.ndarray],
+    prompts: Sequence[str],
+    *,
+    threshold: float,
+    batch_size: int = 64,
+) -> pd.DataFrame:
+    """One row per ranked candidate: ``node``, ``layer``, ``feature``, ``score``, its top
+    ``tokens`` over ``prompts`` (a Counter), its ``swap_effect`` and the automatic rule's call
+    ``gendered`` (effect >= ``threshold``; see :mod:`circuitlasso.evaluation.debias.gender`)."""
+    layers = {layer: saes[layer] for layer in sorted({layer for layer, _ in ranking})}
+    Z = collect_sae_features(model, layers, prompts, batch_size=batch_size, progress=False)
+    effects = swap_effects(model, saes, ranking, prompts, batch_size=batch_size)
+    return pd.DataFrame(
+        {
+            "node": [f"z{layer}.{feature}" for layer, feature in ranking],
+            "layer": [layer for layer, _ in ranking],
+            "feature": [feature for _, feature in ranking],
+            "score": [float(scores[layer][feature]) for layer, feature in ranking],
+            "tokens": [top_tokens(model, saes[s], f, prompts, Z[s]) for s, f in ranking],
+            "swap_effect": effects,
+            "gendered": effects >= threshold,
+        }
+    )
+
+
+def _classes(fit: LabelFit, Z: sp.csr_matrix) -> np.ndarray:
+    return (fit.predict_proba(Z) > 0.5).astype(int)
+
+
+def chosen_nodes(candidates: pd.DataFrame, manual: Sequence[Sequence[int]] | None) -> list[Node]:
+    """The ``manual`` ``[layer, feature]`` pairs, or (None) the candidates the rule calls
+    gendered."""
+    if manual is not None:
+        return [(int(layer), int(feature)) for layer, feature in manual]
+    flagged = candidates[candidates["gendered"]]
+    return list(zip(flagged["layer"].tolist(), flagged["feature"].tolist(), strict=True))
+
+
+def _marks(candidates: pd.DataFrame, nodes: Sequence[Node]) -> list[bool]:
+    pairs = zip(candidates["layer"], candidates["feature"], strict=True)
+    return [node in set(nodes) for node in pairs]
+
+
+METHODS = (
+    "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain", "CircuitLasso",
+    "CircuitLasso-retrain",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What every method shares: the model and SAEs, the probes' hook, the texts and labels."""
+
+    model: HookedTransformer
+    saes: Mapping[int, SAE]
+    layer: int
+    texts: dict[str, list[str]]
+    y: dict[str, np.ndarray]
+    C: float
+    label_prompts: int
+    threshold: float
+    batch_size: int
+
+    @property
+    def hook(self) -> str:
+        return str(self.saes[self.layer].cfg.metadata.hook_name)
+
+    def pool(self, split: str, zeroed: Sequence[Node] = ()) -> np.ndarray:
+        return pooled_activations(
+            self.model,
+            self.hook,
+            self.texts[split],
+            saes=self.saes,
+            zeroed=zeroed,
+            batch_size=self.batch_size,
+        )
+
+    def candidates(self, ranking: list[Node], scores: Mapping[int, np.ndarray]) -> pd.DataFrame:
+        prompts = self.texts["ambiguous_train"][: self.label_prompts]
+        return describe(
+            self.model,
+            self.saes,
+            ranking,
+            scores,
+            prompts,
+            threshold=self.threshold,
+            batch_size=self.batch_size,
+        )
+
+
+def _probe_methods(
+    task: _Task, X_test: np.ndarray, concepts: Mapping[str, Sequence[str]]
+) -> tuple[list[Method], Probe, float]:
+    """ORIGINAL, CBP (over ``concepts``) and ORACLE; the ORIGINAL probe and its seconds."""
+    y = task.y["ambiguous_train"]
+    X, t_pool = timed(task.pool, "ambiguous_train")
+    original, t_fit = timed(fit_probe, X, y, C=task.C)
+    cbp, t_cbp = timed(
+        fit_concept_bottleneck,
+        task.model,
+        task.hook,
+        X,
+        y,
+        concepts,
+        C=task.C,
+        batch_size=task.batch_size,
+    )
+    X_balanced, t_balanced = timed(task.pool, "balanced_train")
+    oracle, t_oracle = timed(fit_probe, X_balanced, task.y["balanced_train"], C=task.C)
+    methods = [
+        Method("ORIGINAL", original.predict(X_test), None, t_pool + t_fit),
+        Method("CBP", cbp.predict(X_test), None, t_pool + t_cbp),
+        Method("ORACLE", oracle.predict(X_test), None, t_balanced + t_oracle),
+    ]
+    return methods, original, t_pool + t_fit
+
+
+def _shift_methods(
+    task: _Task,
+    original: Probe,
+    t_original: float,
+    manual: Sequence[Sequence[int]] | None,
+    *,
+    n_candidates: int,
+    attribution_prompts: int,
+    steps: int,
+) -> tuple[list[Method], pd.DataFrame, list[Node]]:
+    """SHIFT and SHIFT-retrain; their candidates and removed features."""
+    y = task.y["ambiguous_train"]
+    saes = {s: task.saes[s] for s in range(task.layer + 1)}
+    prompts = task.texts["ambiguous_train"][:attribution_prompts]
+    scores, t_ig = timed(
+        ig_scores,
+        task.model,
+        saes,
+        original,
+        task.hook,
+        prompts,
+        y[:attribution_prompts],
+        steps=steps,
+        batch_size=task.batch_size,
+    )
+    ranking, t_rank = timed(lambda: rank_features(scores)[:n_candidates])
+    candidates = task.candidates(ranking, scores)
+    removed = chosen_nodes(candidates, manual)
+    candidates["removed"] = _marks(candidates, removed)
+    X_test = task.pool("balanced_test", removed)
+    X_edited, t_edit = timed(task.pool, "ambiguous_train", removed)
+    retrained, t_refit = timed(fit_probe, X_edited, y, C=task.C)
+    seconds = t_original + t_ig + t_rank
+    seconds_retrain = seconds + t_edit + t_refit
+    methods = [
+        Method("SHIFT", original.predict(X_test), len(removed), seconds),
+        Method("SHIFT-retrain", retrained.predict(X_test), len(removed), seconds_retrain),
+    ]
+    return methods, candidates, removed
+
+
+def _lasso_methods(
+    task: _Task, manual: Sequence[Sequence[int]] | None, *, lam: float, n_candidates: int
+) -> tuple[list[Method], pd.DataFrame, list[Node]]:
+    """LINEAR PROBING, CircuitLasso and CircuitLasso-retrain; the candidates and removed
+    features of CircuitLasso."""
+    layer, y = task.layer, task.y["ambiguous_train"]
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def collect(split: str) -> sp.csr_matrix:
+            return collect_sae_features(
+                task.model,
+                {layer: task.saes[layer]},
+                task.texts[split],
+                batch_size=task.batch_size,
+                cache_dir=tmp,
+                progress=False,
+            )[layer]
+
+        Z, t_collect = timed(collect, "ambiguous_train")
+        Z_test = collect("balanced_test")
+    fit, t_l1 = timed(fit_label, Z, y, lam, layer=layer)
+    support = np.flatnonzero(fit.coef)
+    sparse_probe, t_sparse = timed(fit_probe, Z[:, support], y, C=task.C)
+    coef = {layer: fit.coef}
+    ranking, t_rank = timed(lambda: rank_features(coef)[:n_candidates])
+    candidates = task.candidates(ranking, coef)
+    removed = chosen_nodes(candidates, manual)
+    candidates["removed"] = _marks(candidates, removed)
+    outside = [node for node in removed if node[0] != layer]
+    if outside:
+        raise ValueError(f"CircuitLasso reads layer {layer} only; cannot remove {outside}")
+    features = [feature for _, feature in removed]
+    Z_zeroed, t_zero = timed(zero_columns, Z, features)
+    refit, t_refit = timed(fit_label, Z_zeroed, y, lam, layer=layer)
+    Z_test_zeroed = zero_columns(Z_test, features)
+    seconds = t_collect + t_l1 + t_rank
+    methods = [
+        Method(
+            "LINEAR PROBING",
+            sparse_probe.predict(Z_test[:, support]),
+            None,
+            t_collect + t_l1 + t_sparse,
+        ),
+        Method("CircuitLasso", _classes(fit, Z_test_zeroed), len(features), seconds),
+        Method(
+            "CircuitLasso-retrain",
+            _classes(refit, Z_test_zeroed),
+            len(features),
+            seconds + t_zero + t_refit,
+        ),
+    ]
+    return methods, candidates, removed
+
+
+def compare_methods(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    layer: int,
+    splits: Mapping[str, pd.DataFrame],
+    professions: Sequence[str],
+    concepts: Mapping[str, Sequence[str]],
+    *,
+    gender_concepts: Sequence[str] = ("male", "female"),
+    C: float = 1.0,
+    lam: float = 1e-3,
+    n_candidates: int = 100,
+    attribution_prompts: int = 200,
+    steps: int = 10,
+    label_prompts: int = 200,
+    swap_threshold: float = 0.25,
+    shift_gender: Sequence[Sequence[int]] | None = None,
+    circuitlasso_gender: Sequence[Sequence[int]] | None = None,
+    batch_size: int = 64,
+) -> Comparison:
+    """Run every method on the ``splits``
+    (:func:`~circuitlasso.evaluation.debias.data.load_splits`).
+
+    ``saes[l]`` are the residual-stream SAEs of layers ``0..layer``; the probes read the hook of
+    ``saes[layer]``. ``concepts`` maps concept names to short texts; CBP leaves out the
+    ``gender_concepts``. ``C``: inverse l2 penalty of the probes; ``lam``: l1 penalty of
+    ``A_{s,y}``. Gender features: the manual lists ``shift_gender`` / ``circuitlasso_gender`` of
+    ``[layer, feature]`` pairs, or (None) the automatic rule (``swap_threshold``) on the top
+    ``n_candidates``. The attribution (``steps`` IG steps) reads the first
+    ``attribution_prompts`` ambiguous training texts, the rule and the top tokens the first
+    ``label_prompts``.
+    """
+    missing = [s for s in range(layer + 1) if s not in saes]
+    if layer < 0 or missing:
+        raise ValueError(f"SHIFT needs the SAEs of layers 0..{layer}; missing {missing}")
+    unknown = sorted(set(gender_concepts) - set(concepts))
+    if unknown:
+        raise ValueError(f"gender concepts {unknown} are not among the concepts {list(concepts)}")
+    task = _Task(
+        model,
+        saes,
+        layer,
+        texts={name: frame["text"].tolist() for name, frame in splits.items()},
+        y={name: targets(frame, professions) for name, frame in splits.items()},
+        C=C,
+        label_prompts=label_prompts,
+        threshold=swap_threshold,
+        batch_size=batch_size,
+    )
+    X_test = task.pool("balanced_test")
+    kept = {name: texts for name, texts in concepts.items() if name not in gender_concepts}
+    probes, original, t_original = _probe_methods(task, X_test, kept)
+    shift, shift_candidates, shift_removed = _shift_methods(
+        task,
+        original,
+        t_original,
+        shift_gender,
+        n_candidates=n_candidates,
+        attribution_prompts=attribution_prompts,
+        steps=steps,
+    )
+    lasso, lasso_candidates, lasso_removed = _lasso_methods(
+        task, circuitlasso_gender, lam=lam, n_candidates=n_candidates
+    )
+    by_name = {m.name: m for m in (*probes, *shift, *lasso)}
+    test = splits["balanced_test"]
+    table = pd.DataFrame(
+        [
+            {
+                "method": name,
+                **accuracies(by_name[name].predictions, test, professions),
+                "features": by_name[name].features,
+                "seconds": by_name[name].seconds,
+            }
+            for name in METHODS
+        ]
+    ).set_index("method")
+    return Comparison(
+        table,
+        {"SHIFT": shift_candidates, "CircuitLasso": lasso_candidates},
+        {"SHIFT": shift_removed, "CircuitLasso": lasso_removed},
+    )

@@ -1,0 +1,2 @@
+"""Presentation: figures (``plots``), section runs and their checked summaries (``reproduce``) and
+the ``circuitlasso`` command (``cli``)."""

@@ -1,0 +1,172 @@
+"""The ``circuitlasso`` command: rerun book sections, build and inspect the toy world."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from circuitlasso.presentation import reproduce as rp
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    project = rp.Project(args.root.resolve()) if args.root else rp.find_project()
+    rp.check_choice("profile", args.profile, rp.profiles(project))
+    chosen = args.section or rp.sections(project)
+    for section in chosen:
+        rp.check_choice("section", section, rp.sections(project))
+    overrides = dict(rp.parse_assignment(item) for item in args.parameter)
+    per_section = rp.split_overrides(project, chosen, overrides)
+    plans = {s: rp.resolve_parameters(project, args.profile, s, per_section[s]) for s in chosen}
+    if args.update_baseline and (args.profile != "toy" or overrides):
+        raise rp.ReproduceError("--update-baseline needs the toy profile and no -p overrides")
+    if args.check and overrides:
+        raise rp.ReproduceError("--check compares with the profile's reference: no -p overrides")
+    for section, parameters in plans.items():
+        print(f"[{section}] profile={args.profile} parameters={json.dumps(parameters)}", flush=True)
+        out = rp.run_section(project, section, parameters, progress=not args.no_progress)
+        print(f"[{section}] wrote {out}", flush=True)
+        if args.update_baseline:
+            rp.update_baseline(project, section)
+            print(f"[{section}] updated template outputs {project.template(section)}", flush=True)
+    print(f"wrote {rp.write_build_info(project)}")
+    if not args.check:
+        return 0
+    problems = rp.check_summaries(project, args.profile, chosen)
+    for section, found in problems.items():
+        verdict = "matches the reference" if not found else f"{len(found)} departure(s)"
+        print(f"[{section}] summary {verdict}: {project.reference(args.profile)}")
+        for line in found:
+            print(f"  {line}")
+    return 1 if any(problems.values()) else 0
+
+
+def _toy_build(args: argparse.Namespace) -> int:
+    from circuitlasso.data.toyworld import build_toy_world
+
+    path = build_toy_world(args.out, seed=args.seed, quick=args.quick)
+    print(f"toy world written to {path}")
+    return 0
+
+
+def _toy_report(args: argparse.Namespace) -> int:
+    from circuitlasso.data.toyworld import format_report, toy_report
+
+    report = toy_report(args.path)
+    print(format_report(report))
+    keys = (
+        "lm_next_token_accuracy",
+        "sae_explained_variance_min",
+        "sae_dead_fraction_max",
+        "probe_test_accuracy",
+    )
+    print(json.dumps({k: report[k] for k in keys}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="circuitlasso",
+        description="Circuit discovery by sparse regression: rerun the book's sections with "
+        "papermill and build or inspect the offline toy world.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    rep = commands.add_parser(
+        "reproduce",
+        help="execute section notebooks into book/sections/",
+        description="Execute the section templates in notebooks/ with papermill on a parameter "
+        "profile; executed copies go to book/sections/<section>.ipynb.",
+    )
+    rep.add_argument(
+        "--profile",
+        default="toy",
+        help="parameter profile from notebooks/params/<profile>.yaml: 'toy' (offline, CPU, "
+        "minutes; default) or 'paper' (the paper's models and data; needs network and a GPU)",
+    )
+    rep.add_argument(
+        "--section",
+        action="append",
+        metavar="NAME",
+        help="section to run (template notebooks/NAME.ipynb); repeat for several; default: all",
+    )
+    rep.add_argument(
+        "-p",
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one notebook parameter (value parsed as YAML); applied to every chosen "
+        "section that declares it; repeat for several",
+    )
+    rep.add_argument(
+        "--root",
+        type=Path,
+        help="repository root (default: found from the working directory)",
+    )
+    rep.add_argument(
+        "--update-baseline",
+        action="store_true",
+        help="after running on the toy profile, copy the outputs into the templates "
+        "(the nbval regression baseline)",
+    )
+    rep.add_argument(
+        "--check",
+        action="store_true",
+        help="after running, compare each section's JSON summary with the profile's reference "
+        "(notebooks/reference/PROFILE.yaml: values and tolerances); exit 1 on any departure",
+    )
+    rep.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
+    rep.set_defaults(func=_reproduce)
+
+    toy = commands.add_parser(
+        "toy",
+        help="build or report on the offline toy world",
+        description="The toy world: a planted language, its language model and SAEs.",
+    )
+    toy_commands = toy.add_subparsers(dest="toy_command", required=True, metavar="ACTION")
+    build = toy_commands.add_parser(
+        "build",
+        help="train the toy language model and SAEs",
+        description="Generate the toy language, train the language model and one SAE per "
+        "layer, and write safetensors, configs, tokenizer and a manifest.",
+    )
+    build.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: data/toy of the repository)",
+    )
+    build.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    build.add_argument(
+        "--quick", action="store_true", help="a much smaller, faster build (for tests)"
+    )
+    build.set_defaults(func=_toy_build)
+    report = toy_commands.add_parser(
+        "report",
+        help="print the toy world's quality report",
+        description="LM next-token accuracy, per-SAE L0 / explained variance / dead fraction, a "
+        "probe on final-layer SAE features, example planted-category features; ends with "
+        "one JSON line of the headline numbers.",
+    )
+    report.add_argument(
+        "--path", type=Path, default=None, help="toy world folder (default: data/toy)"
+    )
+    report.set_defaults(func=_toy_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except rp.ReproduceError as err:
+        print(f"circuitlasso: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

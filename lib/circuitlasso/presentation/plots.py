@@ -1,0 +1,238 @@
+"""Seaborn figures shared by the notebooks. Each function takes tables (or a report) and returns
+a Figure."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import networkx as nx
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+
+from circuitlasso.evaluation.cost import rows_varying
+
+sns.set_theme(context="notebook", style="whitegrid")
+
+
+def loglog_cost(timings: pd.DataFrame, slopes: pd.DataFrame) -> Figure:
+    """Solve time against M, L and d (log-log), one panel each, with the fitted slope.
+
+    ``timings`` as returned by :func:`circuitlasso.evaluation.cost.time_block_lasso`, ``slopes`` by
+    :func:`circuitlasso.evaluation.cost.loglog_slopes`.
+    """
+    fig, axes = plt.subplots(1, len(slopes), figsize=(4 * len(slopes), 3.4), squeeze=False)
+    for ax, (_, fit) in zip(axes[0], slopes.iterrows(), strict=True):
+        column = fit["size"]
+        others = [c for c in slopes["size"] if c != column]
+        held = rows_varying(timings, column, list(slopes["size"]))
+        ax.loglog(held[column], held["seconds"], "o-", label="measured")
+        anchor = held["seconds"].iloc[0] / held[column].iloc[0] ** fit["proposition_1_slope"]
+        ax.loglog(
+            held[column],
+            anchor * held[column] ** fit["proposition_1_slope"],
+            "--",
+            color="grey",
+            label="Prop. 1 shape",
+        )
+        fixed = ", ".join(f"{o}={timings[o].mode().iloc[0]}" for o in others)
+        ax.set(
+            xlabel=column,
+            ylabel="solve time (s)",
+            title=f"slope {fit['measured_slope']:.2f} ({fixed})",
+        )
+        ax.set_xticks(held[column].to_list(), [str(v) for v in held[column]])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def cost_ratio(table: pd.DataFrame) -> Figure:
+    """EAP-IG / CircuitLasso cost bound against sequence length, one line per model and L."""
+    data = table.assign(setting=table["model"] + ", L=" + table["L"].astype(str))
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    sns.lineplot(data=data, x="n_token", y="cost_ratio", hue="setting", marker="o", ax=ax)
+    ax.set(xscale="log", yscale="log", xlabel="tokens per prompt", ylabel="EAP-IG / CircuitLasso")
+    ticks = sorted(data["n_token"].unique())
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.axhline(1.0, color="black", lw=1)
+    ax.text(ticks[-1], 1.1, "CircuitLasso cheaper above", ha="right", va="bottom", fontsize="small")
+    ax.set_ylim(bottom=min(np.nanmin(data["cost_ratio"]) / 2, 0.5))
+    ax.legend(title=None, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    return fig
+
+
+def toy_world_quality(report: dict) -> Figure:
+    """Left: explained variance and dead fraction of each layer's SAE against the report's
+    targets. Right: the acceptability probe's accuracy per violation type against chance.
+
+    ``report`` as returned by :func:`circuitlasso.data.toyworld.toy_report`.
+    """
+    saes = pd.DataFrame(report["saes"])
+    limits = report["thresholds"]
+    probe = report["probe"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    width = 0.38
+    layers = np.arange(len(saes))
+    left.bar(layers - width / 2, saes["explained_variance"], width, label="explained variance")
+    left.bar(layers + width / 2, saes["dead_fraction"], width, label="dead fraction")
+    left.axhline(limits["explained_variance_min"], color="C0", ls="--", lw=1)
+    left.axhline(limits["dead_fraction_max"], color="C1", ls="--", lw=1)
+    left.set_xticks(layers, [str(layer) for layer in saes["layer"]])
+    left.set(xlabel="layer (hook_resid_post)", ylim=(0, 1.05), title="SAEs (dashed: targets)")
+    left.legend(fontsize="small", loc="center right")
+    recall = pd.Series(probe["recall_by_violation"])
+    right.bar(recall.index, recall.to_numpy(), color="C2")
+    right.axhline(probe["chance_accuracy"], color="black", ls="--", lw=1, label="majority class")
+    right.set(
+        ylim=(0, 1.05),
+        ylabel="accuracy",
+        title=f"probe on layer-{report['probe_layer']} SAE features, test split",
+    )
+    right.tick_params(axis="x", labelrotation=20)
+    right.legend(fontsize="small", loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def interpbench_summary(table: pd.DataFrame) -> Figure:
+    """Per case and method: edge SHD (left) and wall time (right, log scale), one row per variant.
+
+    ``table`` has a row per case x variant x method with ``edge_shd`` and ``total_s``, as returned
+    by :func:`circuitlasso.data.interpbench.run_cases`. An SHD of 0 draws no bar.
+    """
+    missing = [c for c in ("case", "variant", "method", "edge_shd", "total_s") if c not in table]
+    if missing:
+        raise ValueError(f"table lacks columns {missing}")
+    variants = list(dict.fromkeys(table["variant"]))
+    methods = list(dict.fromkeys(table["method"]))
+    width = min(3 + 0.15 * table["case"].nunique() * len(methods), 9)  # one panel, inches
+    fig, axes = plt.subplots(
+        len(variants), 2, figsize=(2 * width, 3.2 * len(variants)), squeeze=False
+    )
+    panels = (("edge_shd", "edge SHD (lower is better)"), ("total_s", "wall time (s, log)"))
+    for row, variant in zip(axes, variants, strict=True):
+        data = table[table["variant"] == variant].assign(case=lambda t: t["case"].astype(str))
+        for ax, (column, label) in zip(row, panels, strict=True):
+            sns.barplot(
+                data=data, x="case", y=column, hue="method", hue_order=methods, ax=ax, legend=False
+            )
+            ax.set(xlabel="case", ylabel=label, title=f"{variant}: {label.split(' (')[0]}")
+            if column == "total_s":
+                ax.set_yscale("log")
+    palette = sns.color_palette(n_colors=len(methods))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in palette]
+    fig.legend(handles, methods, loc="upper center", ncol=min(len(methods), 6), fontsize="small")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.2 * len(variants))))
+    return fig
+
+
+EDGE_COLORS = {
+    "persistence": "black",
+    "merging": "tab:blue",
+    "dropping": "tab:orange",
+    "other": "grey",
+}
+
+
+def circuit_tree(graph: nx.DiGraph, labels: dict[str, str] | None = None) -> Figure:
+    """A traced SAE-feature circuit like the paper's Fig. 3: one column per layer, nodes named
+    ``z{layer}.{feature}`` with an optional label below, edges coloured by their ``type``
+    (persistence black, merging blue, dropping orange, other or unclassified grey), width by
+    ``|coef|``."""
+    layers = sorted({data["layer"] for _, data in graph.nodes(data=True)})
+    columns: dict[int, list[str]] = {layer: [] for layer in layers}
+    for node, data in sorted(graph.nodes(data=True), key=lambda item: -item[1]["importance"]):
+        columns[data["layer"]].append(node)
+    tallest = max(len(nodes) for nodes in columns.values())
+    position = {
+        node: (x, (len(nodes) - 1) / 2 - y)
+        for x, layer in enumerate(layers)
+        for nodes in [columns[layer]]
+        for y, node in enumerate(nodes)
+    }
+    fig, ax = plt.subplots(figsize=(2.6 * len(layers) + 1, 0.9 * tallest + 1.5))
+    weights = [abs(d["coef"]) for _, _, d in graph.edges(data=True)] or [1.0]
+    for parent, child, data in graph.edges(data=True):
+        (x0, y0), (x1, y1) = position[parent], position[child]
+        ax.annotate(
+            "",
+            xy=(x1 - 0.12, y1),
+            xytext=(x0 + 0.12, y0),
+            arrowprops={
+                "arrowstyle": "-|>",
+                "color": EDGE_COLORS.get(data.get("type", ""), "grey"),
+                "lw": 0.8 + 2.5 * abs(data["coef"]) / max(weights),
+            },
+        )
+    for node, (x, y) in position.items():
+        ax.text(x, y, node, ha="center", va="center", fontsize=9,
+                bbox={"boxstyle": "round", "fc": "white", "ec": "0.4"})  # fmt: skip
+        if labels and labels.get(node):
+            ax.text(x, y - 0.3, labels[node], ha="center", va="top", fontsize=7, color="0.25")
+    for x, layer in enumerate(layers):
+        ax.text(x, (tallest - 1) / 2 + 0.8, f"layer {layer}", ha="center", fontweight="bold")
+    handles = [plt.Line2D([], [], color=c, label=t) for t, c in EDGE_COLORS.items()]
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=4,
+              fontsize="small", frameon=False)  # fmt: skip
+    ax.set_xlim(-0.6, len(layers) - 0.4)
+    ax.set_ylim(-(tallest - 1) / 2 - 0.9, (tallest - 1) / 2 + 1.1)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def coefficient_distribution(coef: np.ndarray, top: int = 5) -> Figure:
+    """The distribution of ``|A_{L,y}|`` over the last layer's features (nonzero ones, log
+    scale), with the ``top`` largest marked, like the paper's Fig. 5."""
+    magnitude = np.abs(np.asarray(coef))
+    nonzero = np.sort(magnitude[magnitude > 0])[::-1]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
+    if len(nonzero) == 0:
+        left.text(0.5, 0.5, "all coefficients are zero", ha="center", transform=left.transAxes)
+    else:
+        left.hist(nonzero, bins=np.geomspace(nonzero.min(), nonzero.max() * 1.01, 30))
+        left.set_xscale("log")
+        for value in nonzero[:top]:
+            left.axvline(value, color="tab:red", lw=1)
+        right.plot(np.arange(1, len(nonzero) + 1), nonzero, ".-", ms=3)
+        right.plot(np.arange(1, min(top, len(nonzero)) + 1), nonzero[:top], "o", color="tab:red",
+                   label=f"top {top}")  # fmt: skip
+        right.set(xscale="log", yscale="log", xlabel="rank", ylabel="|coefficient|")
+        right.legend(fontsize="small")
+    left.set(
+        xlabel="|coefficient| (nonzero)",
+        ylabel="features",
+        title=f"{len(nonzero)} of {len(magnitude)} features nonzero",
+    )
+    fig.tight_layout()
+    return fig
+
+
+def faithfulness_curves(node: pd.DataFrame, edge: pd.DataFrame) -> Figure:
+    """Faithfulness and completeness against circuit size like the paper's Fig. 4: node ablation
+    (top row) and edge ablation (bottom row), one line per ``method``, the ideal values (1 and 0)
+    dashed. Each table has columns ``method, n, faithfulness, completeness``."""
+    for name, table in (("node", node), ("edge", edge)):
+        missing = [c for c in ("method", "n", "faithfulness", "completeness") if c not in table]
+        if missing:
+            raise ValueError(f"{name} table lacks columns {missing}")
+    methods = list(dict.fromkeys([*node["method"], *edge["method"]]))
+    palette = dict(zip(methods, sns.color_palette(n_colors=len(methods)), strict=True))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True)
+    for row, (kind, table) in zip(axes, (("nodes", node), ("edges", edge)), strict=True):
+        for ax, (column, ideal) in zip(row, (("faithfulness", 1.0), ("completeness", 0.0)),
+                                       strict=True):  # fmt: skip
+            data = table[table["n"] > 0]
+            sns.lineplot(data=data, x="n", y=column, hue="method", palette=palette,
+                         marker="o", ax=ax, legend=ax is axes[0, 0])  # fmt: skip
+            ax.axhline(ideal, color="grey", linestyle="--", linewidth=1)
+            action = "kept" if column == "faithfulness" else "ablated"
+            ax.set(xscale="log", xlabel=f"{kind} {action}", ylabel="share of m(M) - m(empty)",
+                   title=f"{kind[:-1]} ablation: {column}")  # fmt: skip
+    fig.tight_layout()
+    return fig

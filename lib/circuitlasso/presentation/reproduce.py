@@ -1,0 +1,371 @@
+"""Run the section notebooks with papermill on a parameter profile.
+
+Templates live in ``notebooks/<section>.ipynb`` (first code cell tagged ``parameters``), profiles in
+``notebooks/params/<profile>.yaml`` (a mapping ``section -> {name: value}``), and executed copies
+go to ``book/sections/<section>.ipynb``. Templates are never executed in place.
+
+Each template ends with :func:`print_summary`: one JSON line with the numbers that matter.
+``notebooks/reference/<profile>.yaml`` holds, per section, what each number should be and the
+tolerance it is checked at (:func:`compare_summary`), so a rerun on any machine can be checked
+against the book without comparing noise-level digits.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import yaml
+
+PARAMETERS_TAG = "parameters"
+INJECTED_TAG = "injected-parameters"
+
+
+class ReproduceError(ValueError):
+    """A profile, section, parameter or notebook cell that cannot be run; the message says which."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """Paths of a companion checkout: ``root`` holds ``notebooks/`` and ``book/``."""
+
+    root: Path
+
+    @property
+    def notebooks(self) -> Path:
+        return self.root / "notebooks"
+
+    @property
+    def params(self) -> Path:
+        return self.notebooks / "params"
+
+    @property
+    def sections_out(self) -> Path:
+        return self.root / "book" / "sections"
+
+    def template(self, section: str) -> Path:
+        return self.notebooks / f"{section}.ipynb"
+
+    def executed(self, section: str) -> Path:
+        return self.sections_out / f"{section}.ipynb"
+
+    def reference(self, profile: str) -> Path:
+        return self.notebooks / "reference" / f"{profile}.yaml"
+
+
+def find_project(start: Path | None = None) -> Project:
+    """The checkout containing ``start`` (default: the working directory), else the package's."""
+    candidates = [Path(start or Path.cwd()).resolve()]
+    candidates += list(candidates[0].parents)
+    candidates.append(Path(__file__).resolve().parents[3])  # lib/circuitlasso/presentation/
+    for path in candidates:
+        if (path / "notebooks" / "params").is_dir() and (path / "_toc.yml").is_file():
+            return Project(path)
+    raise ReproduceError(
+        "no companion checkout found (a folder with notebooks/params/ and _toc.yml); "
+        "run from the repository root or pass --root"
+    )
+
+
+def profiles(project: Project) -> list[str]:
+    """Names of the parameter profiles, e.g. ``['paper', 'toy']``."""
+    return sorted(p.stem for p in project.params.glob("*.yaml"))
+
+
+def sections(project: Project) -> list[str]:
+    """Names of the section templates, in book order (the order of ``_toc.yml``)."""
+    found = {p.stem for p in project.notebooks.glob("*.ipynb")}
+    toc = (project.root / "_toc.yml").read_text()
+    ordered = [s for s in found if f"book/sections/{s}" in toc]
+    ordered.sort(key=lambda s: toc.index(f"book/sections/{s}"))
+    return ordered + sorted(found - set(ordered))
+
+
+def template_parameters(path: Path) -> dict[str, Any]:
+    """Names and default values assigned in the template's ``parameters`` cell."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and PARAMETERS_TAG in cell.metadata.get("tags", []):
+            tree = ast.parse(cell.source)
+            return {
+                target.id: ast.literal_eval(node.value)
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                for target in node.targets
+                if isinstance(target, ast.Name)
+            }
+    raise ReproduceError(f"{path.name}: no code cell tagged '{PARAMETERS_TAG}'")
+
+
+def check_choice(kind: str, name: str, valid: Iterable[str]) -> None:
+    """Raise a ReproduceError listing ``valid`` when ``name`` is not among them."""
+    valid = list(valid)
+    if name not in valid:
+        raise ReproduceError(f"unknown {kind} '{name}'; valid: {', '.join(valid) or '(none)'}")
+
+
+def resolve_parameters(
+    project: Project, profile: str, section: str, overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Profile values for ``section`` updated by ``overrides``, all checked against the template."""
+    check_choice("profile", profile, profiles(project))
+    check_choice("section", section, sections(project))
+    known = template_parameters(project.template(section))
+    table = yaml.safe_load((project.params / f"{profile}.yaml").read_text()) or {}
+    values = {"profile": profile, **(table.get(section) or {})}
+    for source, mapping in (
+        (f"notebooks/params/{profile}.yaml [{section}]", values),
+        ("-p", overrides),
+    ):
+        for name in mapping:
+            if name not in known:
+                raise ReproduceError(
+                    f"unknown parameter '{name}' for section '{section}' (from {source}); "
+                    f"valid: {', '.join(known)}"
+                )
+    return {**values, **overrides}
+
+
+def split_overrides(
+    project: Project, chosen: Iterable[str], overrides: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Give each chosen section the overrides its template declares.
+
+    A name that no chosen section declares is an error listing the valid names.
+    """
+    declared = {s: template_parameters(project.template(s)) for s in chosen}
+    for name in overrides:
+        if not any(name in known for known in declared.values()):
+            valid = sorted({n for known in declared.values() for n in known})
+            raise ReproduceError(f"unknown parameter '{name}'; valid: {', '.join(valid)}")
+    return {s: {k: v for k, v in overrides.items() if k in known} for s, known in declared.items()}
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``'key=value'`` -> ``(key, value)``: a Python literal if it is one (``1e-3``, ``[1, 2]``),
+    else read as YAML (``true``, ``gpt2``)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ReproduceError(f"parameter '{text}' is not of the form key=value")
+    try:
+        return key.strip(), ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return key.strip(), yaml.safe_load(raw)
+
+
+def _atomic_write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".ipynb.tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        nbformat.write(nb, handle)
+    os.replace(tmp, path)
+
+
+def run_section(
+    project: Project,
+    section: str,
+    parameters: Mapping[str, Any],
+    *,
+    progress: bool = True,
+    kernel_name: str = "python3",
+) -> Path:
+    """Execute one template into ``book/sections/<section>.ipynb``; return that path.
+
+    On failure the partly executed notebook is kept there and a ReproduceError names the cell.
+    """
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    out = project.executed(section)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        papermill.execute_notebook(
+            str(project.template(section)),
+            str(out),
+            parameters=dict(parameters),
+            kernel_name=kernel_name,
+            progress_bar=progress,
+            cwd=str(project.notebooks),
+            report_mode=False,
+        )
+    except PapermillExecutionError as err:
+        message = str(err.evalue).splitlines()[0] if err.evalue else ""
+        failed = [
+            c
+            for c in nbformat.read(out, as_version=4).cells
+            if any(o.get("output_type") == "error" for o in c.get("outputs", []))
+        ]
+        code = failed[0].source.strip().splitlines()[0] if failed else ""
+        raise ReproduceError(
+            f"section '{section}' failed in cell {err.cell_index} [{code}]: "
+            f"{err.ename}: {message} -- see {out}"
+        ) from None
+    return out
+
+
+def update_baseline(project: Project, section: str) -> None:
+    """Copy the outputs of an executed notebook back into its template (the nbval baseline).
+
+    The executed copy must have been run with the template's own defaults (the ``toy`` profile),
+    so the injected-parameters cell is dropped and the remaining cells match the template's.
+    """
+    executed = nbformat.read(project.executed(section), as_version=4)
+    template = nbformat.read(project.template(section), as_version=4)
+    cells = [c for c in executed.cells if INJECTED_TAG not in c.metadata.get("tags", [])]
+    if [c.source for c in cells] != [c.source for c in template.cells]:
+        raise ReproduceError(f"section '{section}': executed copy does not match its template")
+    for target, source in zip(template.cells, cells, strict=True):
+        if target.cell_type == "code":
+            target.outputs = source.outputs
+            target.execution_count = source.execution_count
+    _atomic_write_notebook(template, project.template(section))
+
+
+def build_info(project: Project) -> dict[str, dict[str, Any]]:
+    """Per executed section: the profile and parameters papermill recorded in its metadata."""
+    info = {}
+    for path in sorted(project.sections_out.glob("*.ipynb")):
+        meta = nbformat.read(path, as_version=4).metadata.get("papermill", {})
+        params = meta.get("parameters", {})
+        info[path.stem] = {
+            "profile": params.get("profile", "unknown"),
+            "parameters": params,
+            "end_time": meta.get("end_time"),
+        }
+    return info
+
+
+def write_build_info(project: Project) -> Path:
+    """Write ``book/sections/build_info.md``, included by the intro page."""
+    info = build_info(project)
+    used = sorted({entry["profile"] for entry in info.values()})
+    lines = [
+        f"This book was built with the **{', '.join(used) or 'unknown'}** profile "
+        "(read from the papermill metadata of the executed notebooks).",
+        "",
+        "| section | profile | parameters |",
+        "|---|---|---|",
+    ]
+    for name, entry in info.items():
+        shown = {k: v for k, v in entry["parameters"].items() if k != "profile"}
+        lines.append(f"| {name} | {entry['profile']} | `{json.dumps(shown)}` |")
+    path = project.sections_out / "build_info.md"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".md.tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------- section summaries
+
+_SPEC_KEYS = {"value", "abs", "rel", "min", "max", "unchecked"}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars and arrays as Python numbers and lists, and NaN as None."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def print_summary(values: Mapping[str, Any]) -> None:
+    """Print a section's summary: one JSON line, the last output of its notebook."""
+    print(json.dumps(_plain(values), allow_nan=False))
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """The summary an executed notebook printed last (see :func:`print_summary`)."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in reversed(nb.cells):
+        streams = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
+        if cell.cell_type == "code" and streams:
+            last = streams[-1]["text"].strip().splitlines()[-1]
+            try:
+                return json.loads(last)
+            except json.JSONDecodeError:
+                break
+    raise ReproduceError(f"{path}: its last printed line is not a JSON summary")
+
+
+def _is_spec(node: Any) -> bool:
+    return isinstance(node, Mapping) and bool(node) and set(node) <= _SPEC_KEYS
+
+
+def _compare(found: Any, spec: Mapping[str, Any], key: str) -> str | None:
+    """Why ``found`` breaks ``spec`` (None when it holds)."""
+    if "unchecked" in spec:
+        return None
+    is_number = isinstance(found, int | float) and not isinstance(found, bool)
+    if ("min" in spec or "max" in spec or "abs" in spec or "rel" in spec) and not is_number:
+        return f"{key}: {found!r} is not a number"
+    if "min" in spec and found < spec["min"]:
+        return f"{key}: {found} is below its bound {spec['min']}"
+    if "max" in spec and found > spec["max"]:
+        return f"{key}: {found} is above its bound {spec['max']}"
+    if "value" not in spec:
+        return None
+    expected = spec["value"]
+    if "abs" in spec or "rel" in spec:
+        allowed = max(spec.get("abs", 0.0), spec.get("rel", 0.0) * abs(expected))
+        if abs(found - expected) > allowed:
+            return f"{key}: {found} differs from {expected} by more than {allowed:g}"
+        return None
+    if found != expected:
+        return f"{key}: {found!r} != {expected!r}"
+    return None
+
+
+def compare_summary(summary: Mapping[str, Any], reference: Mapping[str, Any], prefix: str = ""
+                    ) -> list[str]:  # fmt: skip
+    """Every way ``summary`` departs from ``reference``; empty when all checks hold.
+
+    ``reference`` mirrors the summary's nesting; each leaf is a check: ``{value: v}`` (equal),
+    ``{value: v, abs: a}`` or ``{value: v, rel: r}`` (within the tolerance), ``{min: ..}`` and/or
+    ``{max: ..}`` (a bound), or ``{unchecked: reason}`` (present, not compared). A number in the
+    summary that the reference does not mention is a departure too: nothing goes unchecked
+    silently.
+    """
+    problems = []
+    for key in sorted(set(summary) | set(reference), key=str):
+        name = f"{prefix}{key}"
+        if key not in reference:
+            problems.append(f"{name}: in the summary but not in the reference")
+        elif key not in summary:
+            problems.append(f"{name}: in the reference but not in the summary")
+        elif _is_spec(reference[key]):
+            problem = _compare(summary[key], reference[key], name)
+            problems += [problem] if problem else []
+        elif isinstance(reference[key], Mapping) and isinstance(summary[key], Mapping):
+            problems += compare_summary(summary[key], reference[key], f"{name}.")
+        else:
+            problems.append(f"{name}: the reference entry is neither a check nor a mapping")
+    return problems
+
+
+def check_summaries(project: Project, profile: str, chosen: Iterable[str] | None = None
+                    ) -> dict[str, list[str]]:  # fmt: skip
+    """Per executed section: how its summary departs from ``notebooks/reference/<profile>.yaml``."""
+    path = project.reference(profile)
+    if not path.is_file():
+        raise ReproduceError(f"no reference for profile '{profile}' ({path})")
+    reference = yaml.safe_load(path.read_text()) or {}
+    chosen = list(chosen or sections(project))
+    missing = [s for s in chosen if s not in reference]
+    if missing:
+        raise ReproduceError(f"{path.name} has no entry for section(s) {', '.join(missing)}")
+    return {s: compare_summary(read_summary(project.executed(s)), reference[s]) for s in chosen}

@@ -1,0 +1,89 @@
+"""The package layout follows the data flow: no module imports from a later stage."""
+
+import ast
+from pathlib import Path
+
+import circuitlasso
+
+LIB = Path(circuitlasso.__file__).parent
+# stage of each top-level module or package, in data-flow order; the public API comes last
+STAGES = {
+    "cache": 0,  # storage shared by every stage: atomic writes, downloads, chunk cache
+    "data": 1,
+    "collect": 2,
+    "solve": 3,
+    "circuits": 4,
+    "evaluation": 5,
+    "presentation": 6,
+    "estimator": 7,
+    "__init__": 7,
+}
+
+
+def _stage(module: str) -> int | None:
+    """Stage of a dotted ``circuitlasso.x...`` module name; None for the package itself."""
+    parts = module.split(".")
+    return STAGES[parts[1]] if len(parts) > 1 else None
+
+
+def imports_from_later_stages(source: str, stage: int) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            if node.module == "circuitlasso":  # from circuitlasso import x
+                names = [f"circuitlasso.{a.name}" for a in node.names if a.name in STAGES]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith("circuitlasso.") and (_stage(name) or 0) > stage:
+                found.append(name)
+    return found
+
+
+def test_every_module_belongs_to_a_stage():
+    tops = {p.stem if p.is_file() else p.name for p in LIB.iterdir() if p.name != "__pycache__"}
+    tops -= {"py"}  # py.typed
+    assert {t.removesuffix(".typed") for t in tops} - {"py"} <= set(STAGES)
+
+
+def test_no_module_imports_from_a_later_stage():
+    violations = {}
+    for path in sorted(LIB.rglob("*.py")):
+        stage = STAGES[path.relative_to(LIB).parts[0].removesuffix(".py")]
+        found = imports_from_later_stages(path.read_text(), stage)
+        if found:
+            violations[str(path.relative_to(LIB))] = found
+    assert violations == {}
+
+
+def test_the_check_sees_each_import_form():
+    for line in (
+        "from circuitlasso.evaluation.ablate import rank_features",
+        "from circuitlasso import presentation",
+        "import circuitlasso.circuits.trace",
+    ):
+        assert imports_from_later_stages(line, stage=1), line
+    assert not imports_from_later_stages("from circuitlasso.cache import fetch", stage=1)
+
+
+def public_modules() -> set[str]:
+    """Dotted names of every module and package of the library outside ``_private`` files."""
+    found = set()
+    for path in LIB.rglob("*.py"):
+        parts = path.relative_to(LIB).with_suffix("").parts
+        if any(p.startswith("_") and p != "__init__" for p in parts):
+            continue
+        found.add(".".join(("circuitlasso",) + tuple(p for p in parts if p != "__init__")))
+    return found
+
+
+def test_the_api_reference_covers_every_public_module():
+    api = (LIB.parents[1] / "book" / "api.md").read_text()
+    documented = {
+        line.split("::")[1].split()[0] for line in api.splitlines() if "automodule::" in line
+    }
+    assert public_modules() - documented == set()
+    assert documented - public_modules() == set()
