@@ -41,6 +41,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
+from circuitlasso.evaluation.solver_check import lasso_objective
 from circuitlasso.solve import (
     block_lasso,
     lam_max,
@@ -133,11 +134,6 @@ def relative_gap(
     s = min(s_max, yr / rr) if rr > 0 else s_max
     primal = rr / 2 + lam * np.abs(coef).sum()
     return (primal - (s * yr - s * s * rr / 2)) / (y @ y / M)
-
-
-def objective(X, y: np.ndarray, coef: np.ndarray, lam: float) -> float:
-    r = y - X @ coef
-    return r @ r / (2 * X.shape[0]) + lam * np.abs(coef).sum()
 
 
 def _peers(tol: float) -> dict[str, Callable[[float], object]]:
@@ -237,12 +233,12 @@ def run_sae(args: argparse.Namespace) -> dict[str, float]:
         sec, coefs, gaps = time_peer(make, X_unit, Y, lams, subset, name)
         per_output[name] = sec
         objectives[name] = [
-            objective(X_unit, _col(Y, j), coefs[:, i], lams[j]) for i, j in enumerate(subset)
+            lasso_objective(X_unit, _col(Y, j), coefs[:, i], lams[j]) for i, j in enumerate(subset)
         ]
         rows.append(_row(name, sec, gaps, None))
     ours_obj = np.array(
         [
-            objective(X_unit, _col(Y, j), ours_unit[:, [j]].toarray().ravel(), lams[j])
+            lasso_objective(X_unit, _col(Y, j), ours_unit[:, [j]].toarray().ravel(), lams[j])
             for j in subset
         ]
     )
@@ -319,8 +315,8 @@ def run_neurons(args: argparse.Namespace) -> dict[str, float]:
             unit, X[:, t]
         )
         sk_seconds += time.perf_counter() - start
-        ref = objective(unit, X[:, t], model.coef_, lams[t])
-        mine = objective(unit, X[:, t], A[:n_pred, t] * np.linalg.norm(pred, axis=0), lams[t])
+        ref = lasso_objective(unit, X[:, t], model.coef_, lams[t])
+        mine = lasso_objective(unit, X[:, t], A[:n_pred, t] * np.linalg.norm(pred, axis=0), lams[t])
         diffs.append(abs(mine - ref) / ref)
     ours_per, sk_per = seconds / n_out, sk_seconds / targets.size
     f1 = support_f1(sp.csr_matrix(A), sp.csr_matrix(A_true))

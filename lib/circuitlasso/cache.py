@@ -17,8 +17,8 @@ import functools
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
 from tqdm import tqdm
 
 CACHE_ENV = "CIRCUITLASSO_CACHE"
@@ -75,18 +74,21 @@ def cache_root() -> Path:
 
 
 @contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, *, mode: int | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; move it onto ``path`` if the block succeeds.
 
     The temporary file is removed if the block raises, so ``path`` is either absent or complete.
+    The file gets the permissions ``mode``, or by default those of any new file under the umask.
+    Every file the library writes goes through here.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    tmp.touch(exist_ok=False)  # claims the name; unlike mkstemp's 0600, honours the umask
     try:
         yield tmp
+        if mode is not None:
+            tmp.chmod(mode)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -209,6 +211,8 @@ def _results_dir(root: str | Path | None) -> Path:
 
 
 def _load_or_save(path: Path, fn: Callable[[], T]) -> T:
+    import torch  # here, so that writing a file (the `circuitlasso` command) does not load it
+
     if path.is_file():
         return torch.load(path, weights_only=True)
     value = fn()

@@ -1,8 +1,9 @@
 """``CircuitLasso``: the feature-circuit pipeline as one scikit-learn style estimator.
 
 ``fit`` takes the token-averaged SAE features of every layer (:func:`collect_sae_features`) and
-the prompts' binary targets; it fits the label regression ``A_{L,y}`` on the last layer, then
-traces backward through layer-pair regressions fitted only for the features the trace visits.
+the prompts' targets (binary, multi-class or real-valued); it fits the label regression
+``A_{L,y}`` on the last layer, then traces backward through layer-pair regressions fitted only
+for the features the trace visits.
 ``label`` names each node by its top tokens and types each edge; ``to_json`` saves the circuit.
 """
 
@@ -25,30 +26,37 @@ from circuitlasso.circuits.features import Features, LabelFit, fit_label
 class CircuitLasso:
     """A feature circuit learned by sparse regression.
 
-    ``lam``: l1 penalty of the label regression (mean cross-entropy scale). ``lam_ratio``: penalty
-    of each layer-pair regression as a fraction of its child's ``lam_max``. ``roots``: how many
+    Both penalties are ratios of their regression's ``lam_max`` (see :mod:`circuitlasso.solve`):
+    ``label_lam_ratio`` for the label regression, ``lam_ratio`` for each layer-pair regression.
+    ``kind``: the target's kind, ``"binary"``, ``"multiclass"`` or ``"regression"`` (None: read
+    from ``y``, see :func:`circuitlasso.data.targets.make_target`). ``roots``: how many
     last-layer features the trace starts from; ``k``: parents kept per node. ``min_prompts``:
     features active on fewer prompts are not used as predictors. ``standardized``: rank by
     ``|A| * std(z)`` (True) or by ``|A|`` as in the paper. ``device``: where the solvers run.
 
-    Fitted attributes: ``label_fit_`` (the readout, ``coef_`` its ``(D,)`` coefficients),
+    Fitted attributes: ``label_fit_`` (the readout, a
+    :class:`~circuitlasso.circuits.features.LabelFit`), ``coef_`` (its ``(D,)`` coefficients, or
+    ``(D, K)`` for a multi-class target), ``intercept_`` (a float, or ``(K,)``), ``classes_``
+    (``(K,)`` class labels; classification only), ``lam_`` (the label penalty ``lam`` it came to),
     ``regressions_`` (the layer-pair fits made so far), ``circuit_`` (a ``networkx.DiGraph`` with
     nodes ``z{layer}.{feature}`` and edges parent -> child carrying ``coef``).
     """
 
     def __init__(
         self,
-        lam: float = 1e-5,
+        label_lam_ratio: float = 0.01,
         *,
         lam_ratio: float = 0.1,
+        kind: str | None = None,
         roots: int = 5,
         k: int = 2,
         min_prompts: int = 10,
         standardized: bool = True,
         device: torch.device | str | None = None,
     ) -> None:
-        self.lam, self.lam_ratio, self.roots, self.k = lam, lam_ratio, roots, k
-        self.min_prompts, self.standardized, self.device = min_prompts, standardized, device
+        self.label_lam_ratio, self.lam_ratio, self.kind = label_lam_ratio, lam_ratio, kind
+        self.roots, self.k, self.min_prompts = roots, k, min_prompts
+        self.standardized, self.device = standardized, device
 
     def fit(self, Z: Mapping[int, Features], y: Sequence | np.ndarray) -> CircuitLasso:
         """Fit the readout on the last layer of ``Z`` (layer -> ``(M, D)`` features) against
@@ -56,7 +64,7 @@ class CircuitLasso:
         if len(Z) < 2:
             raise ValueError(f"need the features of at least 2 layers, got layers {sorted(Z)}")
         last = max(Z)
-        self.label_fit_ = fit_label(Z[last], y, self.lam, layer=last,
+        self.label_fit_ = fit_label(Z[last], y, self.label_lam_ratio, layer=last, kind=self.kind,
                                     min_prompts=self.min_prompts, device=self.device)  # fmt: skip
         self.regressions_ = tr.LayerRegressions(
             dict(Z), self.lam_ratio, min_prompts=self.min_prompts, device=self.device
@@ -67,12 +75,41 @@ class CircuitLasso:
 
     @property
     def coef_(self) -> np.ndarray:
-        """``(D,)`` coefficients of the readout ``A_{L,y}``."""
+        """``(D,)`` coefficients of the readout ``A_{L,y}``, ``(D, K)`` for a multi-class target."""
         return self._fitted().coef
 
-    def predict_proba(self, Z_last: Features) -> np.ndarray:
-        """``(M,)`` probability of class 1 from the last layer's features ``(M, D)``."""
-        return self._fitted().predict_proba(Z_last)
+    @property
+    def intercept_(self) -> float | np.ndarray:
+        """The readout's intercept: a float, or ``(K,)`` for a multi-class target."""
+        return self._fitted().intercept
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """``(K,)`` class labels, in the order of ``predict_proba``'s columns."""
+        fit = self._fitted()
+        if fit.kind == "regression":
+            raise AttributeError("a CircuitLasso fit on a regression target has no classes_")
+        return fit.classes
+
+    @property
+    def lam_(self) -> float:
+        """The label penalty ``lam = label_lam_ratio * lam_max`` on the mean scale."""
+        return self._fitted().lam
+
+    def predict(self, Z: Mapping[int, Features]) -> np.ndarray:
+        """``(M,)`` predicted class labels (classification) or values (regression) from the
+        features ``Z`` (layer -> ``(M, D)``, as for ``fit``; the readout's layer is read)."""
+        fit = self._fitted()
+        return fit.predict(Z[fit.layer])
+
+    def predict_proba(self, Z: Mapping[int, Features]) -> np.ndarray:
+        """``(M, K)`` probability of each class of ``classes_`` (``K = 2`` for a binary target)
+        from the features ``Z`` (as for ``predict``); classification only."""
+        fit = self._fitted()
+        if fit.kind == "regression":
+            raise AttributeError("a CircuitLasso fit on a regression target has no predict_proba")
+        proba = fit.predict_proba(Z[fit.layer])
+        return np.column_stack([1 - proba, proba]) if fit.kind == "binary" else proba
 
     def label(
         self,

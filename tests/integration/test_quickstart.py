@@ -44,7 +44,7 @@ def test_the_script_writes_the_circuit_the_pipeline_traces(tmp_path: Path) -> No
     saes = cl.load_saes("toy", range(model.cfg.n_layers), model=model)
     train = cl.load_dataset("toy_cola", split="train")
     Z = cl.collect_sae_features(model, saes, train["sentence"].tolist(), progress=False)
-    readout = cl.fit_label(Z[3], train["label"], 1e-5, layer=3, min_prompts=10)
+    readout = cl.fit_label(Z[3], train["label"], 0.01, layer=3, min_prompts=10)
     regressions = tr.LayerRegressions(Z, 0.1, min_prompts=10)
     expected = tr.trace_circuit(readout, regressions, roots=5, k=2, standardized=True)
     assert set(circuit.edges) == set(expected.edges)

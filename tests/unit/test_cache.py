@@ -1,15 +1,26 @@
-"""Tests for circuitlasso.cache: verified fetches, keyed results, resumable chunks."""
+"""Tests for circuitlasso.cache: verified fetches, keyed results, resumable chunks, and the
+atomic writes every file of the library goes through."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import urllib.error
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
+import networkx as nx
 import pytest
 import torch
 
 from circuitlasso import cache
+from circuitlasso.circuits.circuit import Circuit
+from circuitlasso.circuits.trace import to_json
+from circuitlasso.data.toyworld.artifacts import FILE_MODE, write_json
+from circuitlasso.data.toyworld.tokenizer import build_tokenizer, save_tokenizer
+from circuitlasso.presentation import reproduce as rp
 
 
 @pytest.fixture(autouse=True)
@@ -116,6 +127,86 @@ def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
         tmp.write_bytes(b"partial")
         raise RuntimeError("interrupted")
     assert list(target.parent.iterdir()) == []
+
+
+@pytest.fixture
+def umask_027() -> Iterator[None]:
+    """Files created meanwhile get mode 0o640 unless their writer sets another."""
+    previous = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_atomic_path_gives_the_file_the_umask_permissions_or_the_mode(
+    tmp_path: Path, umask_027: None
+) -> None:
+    with cache.atomic_path(tmp_path / "plain.txt") as tmp:
+        tmp.write_text("plain")
+    with cache.atomic_path(tmp_path / "shared.txt", mode=0o604) as tmp:
+        tmp.write_text("shared")
+    assert stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "shared.txt").stat().st_mode) == 0o604
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "shared.txt"]
+
+
+def _write_circuit(path: Path) -> None:
+    Circuit([("input", "m0"), ("m0", "output")]).save(path)
+
+
+def _write_graph(path: Path) -> None:
+    graph = nx.DiGraph()
+    graph.add_edge("L0/1", "L1/2", coef=0.5)
+    to_json(graph, path)
+
+
+def _write_build_info(path: Path) -> None:
+    assert path.name == "build_info.md"
+    rp.write_build_info(rp.Project(path.parents[2]))
+
+
+def _write_toy_json(path: Path) -> None:
+    write_json(path, {"seed": 0})
+
+
+def _write_tokenizer(path: Path) -> None:
+    save_tokenizer(build_tokenizer(["a", "b"]), path)
+
+
+@pytest.mark.parametrize(
+    ("writer", "name", "mode"),
+    [
+        (_write_circuit, "circuit.json", 0o640),
+        (_write_graph, "graph.json", 0o640),
+        (_write_build_info, "book/sections/build_info.md", 0o640),
+        (_write_toy_json, "config.json", FILE_MODE),
+        (_write_tokenizer, "tokenizer.json", 0o640),
+    ],
+)
+def test_the_library_writes_files_through_atomic_path(
+    tmp_path: Path, umask_027: None, writer: Callable[[Path], None], name: str, mode: int
+) -> None:
+    path = tmp_path / name
+    writer(path)
+    assert path.stat().st_size > 0
+    assert stat.S_IMODE(path.stat().st_mode) == mode  # mkstemp's files would be 0o600
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_an_interrupted_tokenizer_write_leaves_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "tokenizer.json"
+    path.write_text("old")
+
+    def save(name: str) -> None:
+        Path(name).write_text("partial")
+        raise OSError("disk full")
+
+    tokenizer = SimpleNamespace(backend_tokenizer=SimpleNamespace(save=save))
+    with pytest.raises(OSError, match="disk full"):
+        save_tokenizer(tokenizer, path)  # type: ignore[arg-type]
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"]
 
 
 def test_cache_key_is_deterministic_and_order_free() -> None:

@@ -19,6 +19,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
 from circuitlasso.collect import collect_sae_features
+from circuitlasso.collect.forward import mean_over_real, real_token_mask
 from circuitlasso.data import models
 from circuitlasso.data.targets import binary_labels
 
@@ -135,6 +136,47 @@ def test_special_tokens_inside_a_prompt_are_left_out(
         with_bos = sae.encode(activations[hook][0]).mean(0).numpy()
     np.testing.assert_allclose(z[0][0].toarray()[0], expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(expected, with_bos, atol=1e-3)  # leaving BOS out matters here
+
+
+def test_real_token_mask_leaves_out_bos_eos_and_pad_wherever_they_stand(
+    model: HookedTransformer,
+) -> None:
+    tokens = torch.tensor([[GPT2_BOS, 15496, GPT2_BOS, 995], [464, 2068, GPT2_BOS, GPT2_BOS]])
+    expected = [[False, True, False, True], [True, True, False, False]]
+    assert real_token_mask(model, tokens).tolist() == expected
+    assert real_token_mask(model, tokens[1]).tolist() == expected[1]  # any shape
+
+
+def test_mean_over_real_averages_the_marked_positions_of_each_row() -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 4, generator=g)
+    real = torch.tensor([[1, 1, 0, 0, 0], [0, 1, 0, 1, 1], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    values, mask = x.double().numpy(), real.numpy()
+    expected = np.stack([values[i][mask[i]].mean(0) for i in range(3)])
+    full = mean_over_real(x, real)
+    assert full.dtype == torch.float64
+    np.testing.assert_allclose(full.numpy(), expected, rtol=1e-12)
+    # the real positions' values alone, row-major, as the collector has them
+    packed = mean_over_real(x[real], real, dtype=torch.float32)
+    assert packed.dtype == torch.float32
+    np.testing.assert_allclose(packed.numpy(), expected, rtol=1e-6)
+    # differentiable: d(sum of the means)/dx is 1 / count at the marked positions, 0 elsewhere
+    leaf = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(mean_over_real(leaf, real).sum(), leaf)
+    weights = mask / mask.sum(1, keepdims=True)
+    np.testing.assert_allclose(grad.numpy(), np.repeat(weights[:, :, None], 4, 2), rtol=1e-6)
+
+
+def test_mean_over_real_rejects_what_it_cannot_average() -> None:
+    x, real = torch.ones(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match="row 1 has no real position"):
+        mean_over_real(x, torch.tensor([[True, False, False], [False, False, False]]))
+    with pytest.raises(ValueError, match="bool mask matching x"):
+        mean_over_real(x, real[:, :2])
+    with pytest.raises(ValueError, match="bool mask matching x"):
+        mean_over_real(x, real.float())
+    with pytest.raises(ValueError, match=r"x must be \(B, P, d\) or \(6, d\)"):
+        mean_over_real(x[:, :2].reshape(4, 4), real)
 
 
 def test_runs_only_the_blocks_the_saes_read(

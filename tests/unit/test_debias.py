@@ -12,6 +12,7 @@ activations.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.debias import (
     TOY_CONCEPTS,
+    Comparison,
     accuracies,
     compare_methods,
     describe,
@@ -39,6 +41,7 @@ from circuitlasso.evaluation.debias import (
     load_splits,
     pooled_activations,
     precision_recall,
+    rule_vs_toy_truth,
     targets,
     toy_truth,
     zero_columns,
@@ -390,3 +393,40 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
     assert expected["ORIGINAL"]["gender"] - expected["SHIFT-retrain"]["gender"] > 10
     assert expected["CircuitLasso"]["profession"] < unedited["profession"] - 20
     assert expected["CircuitLasso-retrain"]["profession"] == unedited["profession"] == 100.0
+
+
+def test_rule_vs_toy_truth_is_the_sections_former_inline_computation(toy, splits) -> None:
+    """The section's former notebook code is the reference: features of every SAE on balanced
+    biographies, the two ground truths of each method's candidates, precision and recall."""
+    model, saes = toy
+    balanced = splits["balanced_train"].iloc[:200]
+
+    def candidates(nodes, tokens, flags) -> pd.DataFrame:
+        return pd.DataFrame({"layer": [s for s, _ in nodes], "feature": [f for _, f in nodes],
+                             "tokens": tokens, "gendered": flags})  # fmt: skip
+
+    # a name feature, two full-stop features and a profession feature (the committed toy run)
+    shift = candidates([(0, 2040), (3, 1149), (3, 1519), (1, 680)],
+                       [Counter({"ruth": 4, "mary": 2}), Counter({".": 20}),
+                        Counter({"teaches": 20}), Counter({"of": 12, "in": 8})],
+                       [True, True, False, True])  # fmt: skip
+    lasso = candidates([(3, 1149), (3, 687), (3, 66)],
+                       [Counter({".": 20}), Counter({".": 20}), Counter({"teaches": 20})],
+                       [True, False, False])  # fmt: skip
+    comparison = Comparison(pd.DataFrame(), {"SHIFT": shift, "CircuitLasso": lasso}, {})
+    found = rule_vs_toy_truth(model, saes, comparison, {"balanced_train": balanced}, batch_size=32)
+
+    Z_balanced = collect_sae_features(model, saes, balanced["text"].tolist(), batch_size=32,
+                                      progress=False)  # fmt: skip
+    male = (balanced["gender"] == "male").to_numpy()
+    truth_rows = []
+    for method, rows in comparison.candidates.items():
+        truth = toy_truth(rows, Z_balanced, male)
+        for name, column in truth.items():
+            truth_rows.append({"method": method, "ground truth": name,
+                               "truly gendered": int(column.sum()),
+                               "flagged": int(rows["gendered"].sum()),
+                               **precision_recall(rows["gendered"], column)})  # fmt: skip
+    pd.testing.assert_frame_equal(found, pd.DataFrame(truth_rows))
+    # not vacuous: the name feature is gendered by its tokens, a full-stop one by its prompts
+    assert found["truly gendered"].tolist()[:2] == [1, 2] and found["recall"].iloc[1] == 1.0

@@ -3,9 +3,10 @@
 The reference for a layer pair is scikit-learn's ``Lasso`` on the centered, unit-norm predictor
 columns ``x~_k = (x_k - mean) / ||x_k - mean||`` with ``alpha = lam_j``; our coefficients are in
 the units of the raw features, so they must equal the reference divided by ``||x_k - mean||``.
-The label reference is ``LogisticRegression`` with an l1 penalty on the same design and
-``C = 1 / (lam * M)`` (liblinear with a huge ``intercept_scaling``, so the intercept is in effect
-unpenalized).
+The label references are scikit-learn fits on the same standardized design with
+``lam = lam_ratio * lam_max`` computed here by hand: ``LogisticRegression`` with an l1 penalty and
+``C = 1 / (lam * M)`` (binary: liblinear with a huge ``intercept_scaling``, so the intercept is in
+effect unpenalized; multi-class: saga, multinomial) and ``Lasso(alpha=lam)`` (regression).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import scipy.sparse as sp
 from sklearn.linear_model import Lasso, LogisticRegression
 
 from circuitlasso.circuits.features import (
+    LabelFit,
     LayerPairFit,
     fit_label,
     fit_layer_pair,
     frequent_features,
+    label_lam_max,
     lam_ablation,
 )
 
@@ -218,9 +221,9 @@ def test_fit_layer_pair_without_frequent_parents_is_all_zero(pair) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"lam_ratio": 0.0}, r"lam_ratio must be in \(0, 1\), got 0.0"),
-        ({"lam_ratio": 1.0}, r"lam_ratio must be in \(0, 1\), got 1.0"),
-        ({"lam_ratio": -0.5}, r"lam_ratio must be in \(0, 1\), got -0.5"),
+        ({"lam_ratio": 0.0}, r"lam_ratio must be > 0 \(a fraction of lam_max\), got 0.0"),
+        ({"lam_ratio": -0.5}, r"lam_ratio must be > 0 \(a fraction of lam_max\), got -0.5"),
+        ({"lam_ratio": np.nan}, r"lam_ratio must be > 0 \(a fraction of lam_max\), got nan"),
         ({"children": [0, 6]}, r"child features \[6\] out of range 0..5"),
         ({"children": [-1, 2]}, r"child features \[-1\] out of range 0..5"),
         ({"child_rows": 10}, "parent features have 12 prompts but child features 10"),
@@ -282,14 +285,17 @@ def l1_logistic_reference(Z: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.
     return coef, float(model.intercept_[0] - Z.mean(0) @ coef)
 
 
-@pytest.mark.parametrize("fraction", [0.1, 0.4])
+@pytest.mark.parametrize("ratio", [0.1, 0.4])
 def test_fit_label_matches_sklearn_l1_logistic_on_standardized_columns(
-    label_data, fraction: float
+    label_data, ratio: float
 ) -> None:
     Z, y = label_data
-    lam = fraction * logistic_lam_max(Z, y)
-    fit = fit_label(sp.csr_matrix(Z), y, lam, layer=5)
-    assert fit.layer == 5 and fit.lam == lam and fit.converged
+    lam = ratio * logistic_lam_max(Z, y)
+    fit = fit_label(sp.csr_matrix(Z), y, ratio, layer=5)
+    assert (fit.layer, fit.kind, fit.lam_ratio, fit.converged) == (5, "binary", ratio, True)
+    assert fit.lam == pytest.approx(lam, rel=1e-12)
+    assert label_lam_max(sp.csr_matrix(Z), y) == pytest.approx(lam / ratio, rel=1e-12)
+    np.testing.assert_array_equal(fit.classes, [0, 1])
     ref_coef, ref_intercept = l1_logistic_reference(Z, y, lam)
     assert 0 < np.count_nonzero(ref_coef) < Z.shape[1]
     np.testing.assert_array_equal(fit.coef != 0, ref_coef != 0)
@@ -300,44 +306,16 @@ def test_fit_label_matches_sklearn_l1_logistic_on_standardized_columns(
     assert ours <= ref + 1e-6 * ref
     expected_proba = 1 / (1 + np.exp(-(Z @ fit.coef + fit.intercept)))
     np.testing.assert_allclose(fit.predict_proba(sp.csr_matrix(Z)), expected_proba, rtol=1e-12)
+    np.testing.assert_array_equal(fit.predict(sp.csr_matrix(Z)), expected_proba > 0.5)
 
 
-def test_fit_label_above_lam_max_keeps_only_the_intercept(label_data) -> None:
+def test_fit_label_at_lam_max_keeps_only_the_intercept(label_data) -> None:
     Z, y = label_data
-    fit = fit_label(sp.csr_matrix(Z), y, 1.01 * logistic_lam_max(Z, y), layer=0)
-    assert not fit.coef.any()
+    fit = fit_label(sp.csr_matrix(Z), y, 1.0, layer=0)
+    assert not fit.coef.any() and fit.lam == pytest.approx(logistic_lam_max(Z, y), rel=1e-12)
     assert fit.intercept == pytest.approx(np.log(y.mean() / (1 - y.mean())), abs=1e-6)
-    below = fit_label(sp.csr_matrix(Z), y, 0.95 * logistic_lam_max(Z, y), layer=0)
-    assert below.coef.any()
-
-
-def newton_logistic(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Unpenalized logistic regression with intercept by Newton's method."""
-    X1 = np.column_stack([X, np.ones(len(y))])
-    w = np.zeros(X1.shape[1])
-    for _ in range(100):
-        p = 1 / (1 + np.exp(-X1 @ w))
-        step = np.linalg.solve(X1.T @ (X1 * (p * (1 - p))[:, None]), X1.T @ (p - y))
-        w -= step
-        if np.abs(step).max() < 1e-12:
-            break
-    return w[:-1], float(w[-1])
-
-
-def test_fit_label_lam_zero_is_unpenalized_logistic_regression() -> None:
-    rng = np.random.default_rng(2)
-    Z = sparse_nonneg(rng, M, 20, 0.3)
-    eta = Z[:, 0] - Z[:, 3] + 0.5 * Z[:, 7] - 0.2
-    y = (rng.random(M) < 1 / (1 + np.exp(-eta))).astype(int)
-    fit = fit_label(sp.csr_matrix(Z), y, 0.0, layer=1)
-    assert fit.lam == 0.0 and fit.converged
-    coef, intercept = newton_logistic(Z, y)
-    assert np.count_nonzero(fit.coef) == Z.shape[1]
-    ours = logistic_objective(Z, y, fit.coef, fit.intercept, 0.0)
-    ref = logistic_objective(Z, y, coef, intercept, 0.0)
-    assert ref <= ours <= ref + 1e-6 * ref
-    np.testing.assert_allclose(fit.coef, coef, atol=1e-2 * np.abs(coef).max())
-    assert fit.intercept == pytest.approx(intercept, abs=1e-2)
+    assert not fit_label(sp.csr_matrix(Z), y, 3.0, layer=0).coef.any()
+    assert fit_label(sp.csr_matrix(Z), y, 0.95, layer=0).coef.any()
 
 
 def test_fit_label_min_prompts_zeroes_rare_features(label_data) -> None:
@@ -347,34 +325,103 @@ def test_fit_label_min_prompts_zeroes_rare_features(label_data) -> None:
     Z[:, rare] = 0.0
     Z[:4, 3] = 4.0
     Z[:2, 10] = 1.0
-    lam = 0.1 * logistic_lam_max(Z, y)
-    fit = fit_label(sp.csr_matrix(Z), y, lam, layer=0, min_prompts=5)
-    assert not fit.coef[rare].any()
     keep = np.setdiff1d(np.arange(Z.shape[1]), rare)
-    ref_coef, ref_intercept = l1_logistic_reference(Z[:, keep], y, lam)
+    fit = fit_label(sp.csr_matrix(Z), y, 0.1, layer=0, min_prompts=5)
+    assert not fit.coef[rare].any()
+    # lam_max is taken over the kept features only
+    assert fit.lam == pytest.approx(0.1 * logistic_lam_max(Z[:, keep], y), rel=1e-12)
+    ref_coef, ref_intercept = l1_logistic_reference(Z[:, keep], y, fit.lam)
     np.testing.assert_allclose(fit.coef[keep], ref_coef, atol=1e-4 * np.abs(ref_coef).max())
     assert fit.intercept == pytest.approx(ref_intercept, abs=1e-4)
 
 
+@pytest.fixture(scope="module")
+def multiclass_data() -> tuple[np.ndarray, np.ndarray]:
+    """Features ``(M, 30)`` and a softmax label over three string classes driven by features
+    0, 3 and 7."""
+    rng = np.random.default_rng(11)
+    Z = sparse_nonneg(rng, M, 30, 0.3)
+    eta = np.column_stack([3 * Z[:, 0], -2 * Z[:, 3] + 1, 2.5 * Z[:, 7]])
+    P = np.exp(eta) / np.exp(eta).sum(1, keepdims=True)
+    y = np.array(["cat", "cow", "dog"])[[rng.choice(3, p=row) for row in P]]
+    return Z, y
+
+
+def test_fit_label_multiclass_matches_sklearn_multinomial(multiclass_data) -> None:
+    Z, y = multiclass_data
+    Zs, norms = standardized(Z)
+    codes = np.searchsorted(["cat", "cow", "dog"], y)
+    theta = np.eye(3)[codes] - np.bincount(codes) / M
+    lam = 0.1 * np.abs(Zs.T @ theta).max() / M
+    fit = fit_label(sp.csr_matrix(Z), y, 0.1, layer=2, tol=1e-8)
+    assert (fit.kind, fit.converged) == ("multiclass", True)
+    assert fit.lam == pytest.approx(lam, rel=1e-12)
+    np.testing.assert_array_equal(fit.classes, ["cat", "cow", "dog"])
+    ref = LogisticRegression(l1_ratio=1.0, C=1 / (lam * M), solver="saga", tol=1e-12,
+                             max_iter=1_000_000)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.fit(Zs, y)
+    ref_coef = ref.coef_.T / norms[:, None]
+    ref_intercept = ref.intercept_ - Z.mean(0) @ ref_coef
+    assert fit.coef.shape == (30, 3) and 0 < np.count_nonzero(ref_coef) < ref_coef.size
+    np.testing.assert_allclose(fit.coef, ref_coef, atol=1e-4 * np.abs(ref_coef).max())
+    np.testing.assert_allclose(fit.intercept, ref_intercept - ref_intercept.mean(), atol=1e-4)
+    logits = Z @ fit.coef + fit.intercept
+    expected = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    np.testing.assert_allclose(fit.predict_proba(sp.csr_matrix(Z)), expected, rtol=1e-10)
+    np.testing.assert_array_equal(fit.predict(sp.csr_matrix(Z)), ref.predict(Zs))
+
+
+def test_fit_label_regression_is_the_lasso_on_standardized_columns(label_data) -> None:
+    Z, _ = label_data
+    rng = np.random.default_rng(12)
+    y = 2 * Z[:, 0] - 1.5 * Z[:, 3] + Z[:, 7] + 0.5 + 0.3 * rng.standard_normal(M)
+    coef, lam, objective = lasso_reference(Z, y, 0.05)
+    fit = fit_label(sp.csr_matrix(Z), y, 0.05, layer=1)
+    assert (fit.kind, fit.converged, len(fit.classes)) == ("regression", True, 0)
+    assert fit.lam == pytest.approx(lam, rel=1e-12)
+    np.testing.assert_allclose(fit.coef, coef, atol=1e-4 * np.abs(coef).max())
+    assert fit.intercept == pytest.approx(np.mean(y - Z @ coef), abs=1e-4)
+    np.testing.assert_allclose(fit.predict(sp.csr_matrix(Z)), Z @ fit.coef + fit.intercept)
+    with pytest.raises(ValueError, match="no class probabilities"):
+        fit.predict_proba(sp.csr_matrix(Z))
+    # integer-valued real targets are multi-class unless told otherwise
+    counts = np.round(np.abs(y) * 3)
+    assert fit_label(sp.csr_matrix(Z), counts, 0.2, layer=1, kind="regression").kind == "regression"
+
+
+def test_hand_written_readout_reads_as_binary() -> None:
+    fit = LabelFit(0, np.array([1.0, -2.0]), 0.5, 0.01, True)
+    assert (fit.kind, fit.lam_ratio) == ("binary", None)
+    Z = np.array([[1.0, 0.0], [0.0, 1.0]])
+    np.testing.assert_allclose(fit.predict_proba(Z), 1 / (1 + np.exp(-np.array([1.5, -1.5]))))
+    np.testing.assert_array_equal(fit.predict(Z), [1, 0])
+
+
 @pytest.mark.parametrize(
-    ("labels", "lam", "min_prompts", "message"),
+    ("labels", "ratio", "min_prompts", "kind", "message"),
     [
-        (np.arange(12) % 3, 0.1, 1, r"labels must take exactly two values, got 3: \[0, 1, 2\]"),
-        (np.ones(12), 0.1, 1, r"labels must take exactly two values, got 1: \[1.0\]"),
-        (np.arange(11) % 2, 0.1, 1, "features have 12 prompts but there are 11 labels"),
-        (np.arange(12) % 2, -0.1, 1, "lam must be >= 0, got -0.1"),
-        (np.arange(12) % 2, 0.1, 13, "no feature is active on at least 13 prompts"),
+        (np.arange(12) % 3, 0.1, 1, "binary", r"exactly two values, got 3: \[0, 1, 2\]"),
+        (np.ones(12), 0.1, 1, None, r"at least two values, got 1: \[1.0\]"),
+        (np.arange(11) % 2, 0.1, 1, None, "features have 12 prompts but there are 11 labels"),
+        (np.arange(12) % 2, 0.0, 1, None, r"lam_ratio must be > 0 \(a fraction of lam_max\)"),
+        (np.arange(12) % 2, -0.1, 1, None, r"lam_ratio must be > 0"),
+        (np.arange(12) % 2, 0.1, 13, None, "no feature is active on at least 13 prompts"),
+        (np.arange(12) % 2, 0.1, 1, "ordinal", "kind must be one of"),
+        (np.array(list("ab") * 6), 0.1, 1, "regression", "regression labels must be real"),
     ],
 )
-def test_fit_label_rejects_bad_inputs(labels, lam: float, min_prompts: int, message: str) -> None:
+def test_fit_label_rejects_bad_inputs(labels, ratio, min_prompts, kind, message) -> None:
     Z = sp.csr_matrix(sparse_nonneg(np.random.default_rng(4), 12, 5, 0.5))
     with pytest.raises(ValueError, match=message):
-        fit_label(Z, labels, lam, layer=0, min_prompts=min_prompts)
+        fit_label(Z, labels, ratio, layer=0, kind=kind, min_prompts=min_prompts)
 
 
 # ---------------------------------------------------------------- lam_ablation
 
 COLUMNS = [
+    "lam_ratio",
     "lam",
     "train_loss",
     "l1_norm",
@@ -396,13 +443,19 @@ def test_lam_ablation_table_and_choice(label_data) -> None:
     train, test = np.arange(200), np.arange(200, M)
     Z_tr, Z_te = sp.csr_matrix(Z[train]), sp.csr_matrix(Z[test])
     top = logistic_lam_max(Z[train], y[train])
-    lams = [0.0, 0.02 * top, 0.2 * top, 0.6 * top, 1.5 * top]
-    table, chosen = lam_ablation(Z_tr, y[train], Z_te, y[test], lams, layer=2)
+    ratios = [0.02, 0.2, 0.6, 1.5]
+    table, chosen = lam_ablation(Z_tr, y[train], Z_te, y[test], ratios, layer=2)
 
-    assert list(table.columns) == COLUMNS and len(table) == len(lams)
-    np.testing.assert_allclose(table["lam"], lams)
-    for row, lam in zip(table.itertuples(), lams, strict=True):
-        fit = fit_label(Z_tr, y[train], lam, layer=2)
+    assert list(table.columns) == COLUMNS and len(table) == len(ratios)
+    np.testing.assert_allclose(table["lam_ratio"], ratios)
+    np.testing.assert_allclose(table["lam"], np.array(ratios) * top, rtol=1e-12)
+    # the held-out fits: the other rows of the seeded split, at the same lam (not the same ratio)
+    order = np.random.default_rng(0).permutation(len(train))
+    n_val = round(0.2 * len(train))
+    val, rest = order[:n_val], order[n_val:]
+    rest_top = logistic_lam_max(Z[train][rest], y[train][rest])
+    for row, ratio in zip(table.itertuples(), ratios, strict=True):
+        fit = fit_label(Z_tr, y[train], ratio, layer=2)
         train_loss, train_acc = cross_entropy_and_accuracy(fit.predict_proba(Z_tr), y[train])
         test_loss, test_acc = cross_entropy_and_accuracy(fit.predict_proba(Z_te), y[test])
         assert row.train_loss == pytest.approx(train_loss, rel=1e-9)
@@ -410,40 +463,68 @@ def test_lam_ablation_table_and_choice(label_data) -> None:
         assert (row.train_accuracy, row.test_accuracy) == (train_acc, test_acc)
         assert row.l1_norm == pytest.approx(np.abs(fit.coef).sum(), rel=1e-9)
         assert row.nonzero == np.count_nonzero(fit.coef)
+        held = fit_label(Z_tr[rest], y[train][rest], ratio * top / rest_top, layer=2)
+        assert held.lam == pytest.approx(ratio * top, rel=1e-12)
+        assert row.validation_accuracy == np.mean(held.predict(Z_tr[val]) == y[train][val])
 
     nonzero = table["nonzero"].to_numpy()
-    assert nonzero[0] == Z.shape[1] and nonzero[-1] == 0
+    assert nonzero[0] > 0 and nonzero[-1] == 0
     assert (np.diff(nonzero) <= 0).all()
     assert (np.diff(table["l1_norm"].to_numpy()) <= 0).all()
     assert (np.diff(table["train_loss"].to_numpy()) >= 0).all()
 
-    n_val = round(0.2 * len(train))
     validation = table["validation_accuracy"].to_numpy()
-    np.testing.assert_allclose(validation * n_val, np.round(validation * n_val), atol=1e-9)
     best = validation.max()
-    assert chosen == max(lam for lam, v in zip(lams, validation, strict=True) if v == best)
-    assert chosen in lams
+    assert chosen == max(r for r, v in zip(ratios, validation, strict=True) if v == best)
 
     # the choice never looks at the test set
     rng = np.random.default_rng(9)
     other_test = sp.csr_matrix(sparse_nonneg(rng, 50, Z.shape[1], 0.3))
     other_y = rng.integers(0, 2, 50)
-    table2, chosen2 = lam_ablation(Z_tr, y[train], other_test, other_y, lams, layer=2)
+    table2, chosen2 = lam_ablation(Z_tr, y[train], other_test, other_y, ratios, layer=2)
     assert chosen2 == chosen
     np.testing.assert_array_equal(table2["validation_accuracy"], validation)
 
 
-def test_lam_ablation_ties_go_to_the_larger_lam() -> None:
-    # feature 0 is active exactly on the positive prompts: every moderate lam is perfect
+def test_lam_ablation_ties_go_to_the_larger_ratio() -> None:
+    # feature 0 is active exactly on the positive prompts: every moderate ratio is perfect
     rng = np.random.default_rng(6)
     n = 240
     y = rng.integers(0, 2, n)
     Z = sparse_nonneg(rng, n, 20, 0.3)
     Z[:, 0] = np.where(y == 1, 1.0 + rng.random(n), 0.0)
     Zs = sp.csr_matrix(Z)
-    top = logistic_lam_max(Z, y)
-    lams = [0.05 * top, 0.1 * top, 0.3 * top, 2.0 * top]
-    table, chosen = lam_ablation(Zs, y, Zs, y, lams, layer=0, seed=3)
+    ratios = [0.05, 0.1, 0.3, 2.0]
+    table, chosen = lam_ablation(Zs, y, Zs, y, ratios, layer=0, seed=3)
     validation = table["validation_accuracy"].to_numpy()
     assert (validation[:3] == 1.0).all() and validation[3] < 1.0
-    assert chosen == lams[2]
+    assert chosen == ratios[2]
+
+
+def test_lam_ablation_scores_multiclass_and_regression_targets(label_data, multiclass_data):
+    Z, y = multiclass_data
+    train, test = np.arange(200), np.arange(200, M)
+    Z_tr, Z_te = sp.csr_matrix(Z[train]), sp.csr_matrix(Z[test])
+    table, _ = lam_ablation(Z_tr, y[train], Z_te, y[test], [0.05, 0.3], layer=0)
+    for row in table.itertuples():
+        fit = fit_label(Z_tr, y[train], row.lam_ratio, layer=0)
+        proba = fit.predict_proba(Z_te)
+        codes = np.searchsorted(fit.classes, y[test])
+        assert row.test_loss == pytest.approx(-np.mean(np.log(proba[np.arange(100), codes])))
+        assert row.test_accuracy == np.mean(fit.classes[proba.argmax(1)] == y[test])
+    with pytest.raises(ValueError, match=r"labels \['emu'\] are not among the classes"):
+        lam_ablation(Z_tr, y[train], Z_te, np.where(y[test] == "dog", "emu", y[test]), [0.3],
+                     layer=0)  # fmt: skip
+
+    Z, _ = label_data
+    values = 2 * Z[:, 0] - Z[:, 3] + 0.2 * np.random.default_rng(13).standard_normal(M)
+    Z_tr, Z_te = sp.csr_matrix(Z[train]), sp.csr_matrix(Z[test])
+    table, chosen = lam_ablation(Z_tr, values[train], Z_te, values[test], [0.01, 0.9], layer=0)
+    assert "test_r2" in table and "test_accuracy" not in table
+    for row in table.itertuples():
+        fit = fit_label(Z_tr, values[train], row.lam_ratio, layer=0)
+        residual = values[test] - (Z[test] @ fit.coef + fit.intercept)
+        total = np.sum((values[test] - values[test].mean()) ** 2)
+        assert row.test_loss == pytest.approx(np.mean(residual**2), rel=1e-9)
+        assert row.test_r2 == pytest.approx(1 - residual @ residual / total, rel=1e-9)
+    assert chosen == 0.01 and table["validation_r2"].iloc[0] > table["validation_r2"].iloc[1]

@@ -6,6 +6,7 @@ The reference runs each prompt on its own (no padding, no batching, the whole mo
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -131,6 +132,30 @@ def test_token_values_of_a_bos_only_prompt_is_empty(model, sae) -> None:
     values = token_values(model, sae, 0, [torch.tensor([GPT2_BOS]), model.to_tokens("Why?")[0]])
     assert values[0].shape == (0,) and values[1].shape == (2,)
     assert token_values(model, sae, 0, []) == []
+
+
+def test_a_model_without_bos_keeps_its_first_token(
+    model: HookedTransformer, sae: SAE, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a BOS the first token is a real one: its value is reported and perturbed."""
+    monkeypatch.setattr(model.cfg, "default_prepend_bos", False)
+    tokens = [model.to_tokens(p)[0] for p in PROMPTS]
+    assert all(int(t[0]) != GPT2_BOS for t in tokens)
+    hook = sae.cfg.metadata.hook_name
+    for ids, values in zip(tokens, token_values(model, sae, 0, tokens), strict=True):
+        with torch.no_grad():
+            _, cache = model.run_with_cache(ids[None], names_filter=hook)
+            expected = sae.encode(cache[hook])[0, :, 0].numpy()  # every position
+        np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-6)
+    table = perturb(model, sae, 0, PERTURBED, 0, [" She"])
+    assert table["prompt"].tolist() == [
+        "[He] said that himself was hungry .",
+        "[She] said that himself was hungry .",
+    ]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(model.to_tokens(" She said"), names_filter=hook)
+        expected = float(sae.encode(cache[hook])[0, 0, 0])
+    assert table["value"][1] == pytest.approx(expected, rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.parametrize("feature", [-1, D_SAE])
@@ -307,6 +332,11 @@ def test_perturb_rejects_a_multi_token_replacement(model, sae) -> None:
     assert len(model.tokenizer.encode(" elephantine", add_special_tokens=False)) > 1
     with pytest.raises(AssertionError, match="not a single token"):
         perturb(model, sae, 0, PERTURBED, POSITION, [" herself", " elephantine"])
+
+
+def test_perturb_rejects_a_special_token_as_replacement(model, sae) -> None:
+    with pytest.raises(ValueError, match=re.escape("'<|endoftext|>' is a BOS, EOS or PAD token")):
+        perturb(model, sae, 0, PERTURBED, POSITION, [" herself", "<|endoftext|>"])
 
 
 @pytest.mark.parametrize("position", [-1, 7, 20])

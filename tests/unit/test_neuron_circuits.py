@@ -84,6 +84,19 @@ def test_read_projection_ignores_what_the_child_cannot_read():
     assert projected[("input", "m0")] > 0.5
 
 
+def test_standardize_gives_unit_variance_and_zeroes_negligible_columns():
+    g = torch.Generator().manual_seed(4)
+    scale = torch.tensor([1.0, 30.0, 1e-8, 0.0], dtype=torch.float64)
+    offset = torch.tensor([5.0, -2.0, 0.0, 5.0], dtype=torch.float64)
+    x = offset + torch.randn(200, 4, generator=g, dtype=torch.float64) * scale
+    out = standardize(x).numpy()
+    ref = x.numpy()
+    expected = (ref[:, :2] - ref[:, :2].mean(0)) / ref[:, :2].std(0, ddof=1)
+    np.testing.assert_allclose(out[:, :2], expected, rtol=1e-9, atol=1e-12)
+    # std 1e-8 is below NEGLIGIBLE_STD (1e-6) times the largest (30); 0 is constant
+    assert not out[:, 2:].any()
+
+
 def test_whiten_gives_uncorrelated_unit_columns_spanning_the_block():
     g = torch.Generator().manual_seed(2)
     base = torch.randn(300, 2, generator=g, dtype=torch.float64)

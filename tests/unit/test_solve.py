@@ -18,7 +18,9 @@ from circuitlasso.solve import (
     lam_max,
     lasso,
     lasso_path,
+    logistic_lam_max,
     logistic_lasso,
+    multinomial_lasso,
     upper_triangular_parents,
 )
 
@@ -211,7 +213,7 @@ def test_logistic_matches_sklearn(fit_intercept):
     y = (X[:, 0] - 2 * X[:, 1] + 0.5 + rng.standard_normal(M) > 0).astype(float)
     lam = 0.02
     res = logistic_lasso(
-        X, y, lam, fit_intercept=fit_intercept, normalize=False, tol=1e-10, dtype=F64
+        X, y, lam, fit_intercept=fit_intercept, normalize=False, tol=1e-8, dtype=F64
     )
     solver = "saga" if fit_intercept else "liblinear"
     ref = LogisticRegression(
@@ -310,6 +312,129 @@ def test_logistic_working_sets_match_sklearn_and_certify_the_full_problem(monkey
     assert abs(single.objective.item() - ref_obj) <= 1e-6 * ref_obj
 
 
+# ---------------------------------------------------------------- multinomial
+# Tolerances: against scikit-learn's saga at tol=1e-12, objectives agree to a relative 1e-6 and
+# coefficients to 1e-4 (absolute, on coefficients of order 1); K = 3 (odd) makes the
+# coefficients unique (each row's median is 0 at the optimum; for even K it may shift). The
+# sweeps converge linearly, so the certified gap is asked to 1e-8, above its rounding floor.
+
+
+def _multiclass(M: int = 150, p: int = 8, K: int = 3, seed: int = 14):
+    """Dense X (M, p) and labels y in 0..K-1 drawn from a softmax model on 3 planted features."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((M, p))
+    A = np.zeros((p, K))
+    A[:3] = rng.uniform(-2.0, 2.0, (3, K))
+    eta = X @ A
+    P = np.exp(eta - eta.max(1, keepdims=True))
+    P /= P.sum(1, keepdims=True)
+    y = np.array([rng.choice(K, p=row) for row in P])
+    return X, y
+
+
+def _multinomial_objective(X, y, coef, intercept, lam, omega):
+    eta = np.asarray(X @ coef) + intercept
+    log_norm = np.log(np.exp(eta - eta.max(1, keepdims=True)).sum(1)) + eta.max(1)
+    loss = np.mean(log_norm - eta[np.arange(len(y)), y])
+    return loss + lam * np.sum(np.reshape(omega, (-1, 1)) * np.abs(coef))
+
+
+def _saga(X, y, lam, fit_intercept=True):
+    ref = LogisticRegression(
+        l1_ratio=1.0, C=1 / (lam * len(y)), solver="saga", fit_intercept=fit_intercept,
+        tol=1e-12, max_iter=1_000_000,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref.fit(X, y)
+    return ref.coef_.T, np.atleast_1d(ref.intercept_) * np.ones(ref.coef_.shape[0])
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_multinomial_matches_sklearn(fit_intercept):
+    X, y = _multiclass()
+    lam = 0.02
+    res = multinomial_lasso(
+        X, y, lam, fit_intercept=fit_intercept, normalize=False, tol=1e-8, dtype=F64
+    )
+    ref_coef, ref_intercept = _saga(X, y, lam, fit_intercept)
+    ref_obj = _multinomial_objective(X, y, ref_coef, ref_intercept, lam, 1.0)
+    coef, intercept = res.coef.numpy(), res.intercept.numpy()
+    ours = _multinomial_objective(X, y, coef, intercept, lam, 1.0)
+    assert res.converged and res.gap.item() <= 1e-8 * np.log(3)
+    assert abs(ours - res.objective.item()) <= 1e-12
+    assert abs(ours - ref_obj) <= 1e-6 * ref_obj
+    assert coef.shape == (8, 3) and 0 < (coef != 0).sum() < coef.size
+    np.testing.assert_allclose(coef, ref_coef, atol=1e-4)
+    np.testing.assert_allclose(intercept, ref_intercept - ref_intercept.mean(), atol=1e-4)
+    assert abs(intercept.sum()) <= 1e-12
+    if fit_intercept:  # the intercepts are exactly optimal for the coefficients returned
+        eta = X @ coef + intercept
+        P = np.exp(eta) / np.exp(eta).sum(1, keepdims=True)
+        np.testing.assert_allclose((P - np.eye(3)[y]).mean(0), 0.0, atol=1e-12)
+    np.testing.assert_array_equal(res.classes.numpy(), [0, 1, 2])
+
+
+def test_multinomial_working_sets_certify_the_full_problem(monkeypatch):
+    # normalize=True is the problem on unit-norm centered columns: saga solves it on X / norms
+    X, _ = _sae_like(M=300, p=120, seed=15)
+    dense = X.toarray()
+    codes = np.asarray(X[:, :6] @ np.array([2.0, -1.0, 1.5, 0.5, -2.0, 1.0])).ravel()
+    y = np.digitize(codes + np.random.default_rng(15).normal(0, 0.3, len(codes)), [-0.3, 0.4])
+    norms = np.linalg.norm(dense - dense.mean(0), axis=0)
+    unit = dense / np.where(norms > 0, norms, 1.0)
+    theta = np.eye(3)[y] - np.bincount(y) / len(y)
+    top = np.abs(unit.T @ theta).max() / len(y)
+    assert logistic_lam_max(X, y) == pytest.approx(top, rel=1e-12)
+    lam = 0.2 * top
+    ref_coef, ref_intercept = _saga(unit, y, lam)
+    ref_obj = _multinomial_objective(unit, y, ref_coef, ref_intercept, lam, 1.0)
+    null = -np.sum(np.bincount(y) / len(y) * np.log(np.bincount(y) / len(y)))
+
+    res = multinomial_lasso(X, y, lam, tol=1e-8, dtype=F64)
+    coef = res.coef.numpy()
+    assert res.converged and res.gap.item() <= 1e-8 * null
+    assert 0 < (coef != 0).any(1).sum() < 30 and not coef[-1].any()
+    ours = _multinomial_objective(X, y, coef, res.intercept.numpy(), lam, norms)
+    assert abs(ours - res.objective.item()) <= 1e-12
+    assert abs(ours - ref_obj) <= 1e-6 * ref_obj
+    np.testing.assert_allclose(coef * norms[:, None], ref_coef, atol=1e-4)
+
+    # a loose or cut-short solve: its gap still bounds its distance to the optimum
+    loose = multinomial_lasso(X, y, lam, tol=1e-3, dtype=F64)
+    with pytest.warns(ConvergenceWarning, match="multinomial_lasso did not reach"):
+        cut = multinomial_lasso(X, y, lam, tol=1e-8, max_iter=1, dtype=F64)
+    assert loose.converged and not cut.converged and cut.gap.item() > 1e-8 * null
+    for r in (loose, cut):
+        value = _multinomial_objective(X, y, r.coef.numpy(), r.intercept.numpy(), lam, norms)
+        assert abs(value - r.objective.item()) <= 1e-12
+        assert ref_obj - 1e-6 * ref_obj <= value <= ref_obj + r.gap.item() + 1e-6 * ref_obj
+
+    # restricted designs kept sparse give the same solution; at lam_max every coefficient is 0
+    monkeypatch.setattr(logistic_module, "DENSE_MAX_ENTRIES", 0)
+    kept_sparse = multinomial_lasso(X, y, lam, tol=1e-8, dtype=F64)
+    np.testing.assert_allclose(kept_sparse.coef.numpy(), coef, atol=1e-6)
+    assert not multinomial_lasso(X, y, 1.0001 * top, dtype=F64).coef.any()
+    assert multinomial_lasso(X, y, 0.99 * top, dtype=F64).coef.any()
+
+
+def test_two_class_multinomial_is_the_binary_problem():
+    # eta_1 - eta_0 = x (A_1 - A_0) and |A_0| + |A_1| >= |A_1 - A_0|: same optimum, same lam_max
+    X, y = _multiclass(seed=16)
+    y2 = (y == 1).astype(float)
+    binary = logistic_lasso(X, y2, 0.01, tol=1e-12, dtype=F64)
+    multi = multinomial_lasso(X, y2, 0.01, tol=1e-12, dtype=F64)
+    assert multi.objective.item() == pytest.approx(binary.objective.item(), rel=1e-9)
+    difference = (multi.coef[:, 1] - multi.coef[:, 0]).numpy()
+    np.testing.assert_allclose(difference, binary.coef.numpy(), atol=1e-6)
+    Xc = X - X.mean(0)
+    unit = Xc / np.linalg.norm(Xc, axis=0)
+    expected = np.abs(unit.T @ (y2 - y2.mean())).max() / len(y2)
+    assert logistic_lam_max(X, y2) == pytest.approx(expected, rel=1e-12)
+    no_intercept = np.abs((X / np.linalg.norm(X, axis=0)).T @ (y2 - 0.5)).max() / len(y2)
+    assert logistic_lam_max(X, y2, fit_intercept=False) == pytest.approx(no_intercept, rel=1e-12)
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -328,6 +453,9 @@ def test_logistic_working_sets_match_sklearn_and_certify_the_full_problem(monkey
         (lambda X, Y: block_lasso(X, [2, 2], [[], [0]], 0.1), "add up to 4 but X has 6"),
         (lambda X, Y: block_lasso(X, [3, 3], [[], [1]], 0.1), r"parents\[1\] names block 1"),
         (lambda X, Y: logistic_lasso(X, Y[:, 0] * 0, 0.1), "two classes"),
+        (lambda X, Y: multinomial_lasso(X, Y[:, 0] * 0, 0.1), "at least two classes"),
+        (lambda X, Y: multinomial_lasso(X, (Y[:, 0] > 0).astype(float), 0.0), "lam must be > 0"),
+        (lambda X, Y: multinomial_lasso(X, Y, 0.1), "y must be 1-D"),
     ],
 )
 def test_bad_input_raises_clear_error(call, message):

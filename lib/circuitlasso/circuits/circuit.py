@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
+from circuitlasso.cache import atomic_path
 from circuitlasso.data.graph import OUTPUT, Edge
 
 EdgeScores = dict[Edge, float]
@@ -80,13 +79,9 @@ class Circuit:
         return cls(tuple(edge) for edge in data["edges"])
 
     def save(self, path: str | Path) -> None:
-        """Write the circuit as JSON (atomically: temp file, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        os.replace(tmp, path)
+        """Write the circuit as JSON, atomically (:func:`circuitlasso.cache.atomic_path`)."""
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> Circuit:

@@ -31,7 +31,8 @@ from transformer_lens import HookedTransformer
 from circuitlasso.circuits.circuit import EdgeScores, block_norm_scores, gap_threshold
 from circuitlasso.collect import NodeActivations, collect_nodes
 from circuitlasso.data.graph import graph_nodes
-from circuitlasso.solve import block_lasso, lasso
+from circuitlasso.solve import block_lasso, lam_max, lasso
+from circuitlasso.solve.prepare import column_stats
 
 NEGLIGIBLE_STD = 1e-6  # columns whose std is below this fraction of the largest std are constant
 
@@ -47,20 +48,25 @@ class CircuitLassoResult:
 
 
 def standardize(x: torch.Tensor) -> torch.Tensor:
-    """Columns centered and scaled to unit variance; (near-)constant columns set to 0: (M, p)."""
+    """Columns centered and scaled to unit variance; (near-)constant columns set to 0: (M, p).
+
+    The means and centered norms are the solver's (:func:`circuitlasso.solve.prepare.
+    column_stats`); the standard deviation is ``norm / sqrt(M - 1)``.
+    """
     x = x.double()
-    std = x.std(0)
-    live = std > NEGLIGIBLE_STD * max(float(std.max()), 1e-300) if x.shape[1] else std > 0
+    mean, norm = column_stats(x, fit_intercept=True)
+    live = norm > NEGLIGIBLE_STD * max(float(norm.max()), 1e-300) if x.shape[1] else norm > 0
     out = torch.zeros_like(x)
-    out[:, live] = (x[:, live] - x[:, live].mean(0)) / std[live]
+    out[:, live] = (x[:, live] - mean[live]) / norm[live] * (len(x) - 1) ** 0.5
     return out
 
 
 def _lam_max(predictors: torch.Tensor, targets: torch.Tensor) -> float:
-    """max |x_k^T y_t| / M over standardized predictor and target columns."""
+    """The solver's :func:`circuitlasso.solve.lam_max` of the plain Lasso of the (centered)
+    ``targets`` on ``predictors``, largest over the target columns: ``max |x_k^T y_t| / M``."""
     if predictors.shape[1] == 0 or targets.shape[1] == 0:
         return 0.0
-    return float((predictors.T @ targets).abs().max()) / len(predictors)
+    return float(lam_max(predictors, targets, normalize=False).max())
 
 
 def read_maps(model: HookedTransformer) -> dict[str, torch.Tensor]:

@@ -1,33 +1,34 @@
 """CircuitLasso on SAE features (paper Sec. 3.3): layer-pair regressions and a label regression.
 
 Inputs are the token-averaged SAE features of :func:`circuitlasso.collect.collect_sae_features`,
-``Z[l]: (M, D_l)`` sparse, one row per prompt.
+``Z[l]: (M, D_l)`` sparse, one row per prompt. Every fit here takes its penalty as ``lam_ratio``,
+a fraction of that regression's ``lam_max`` (the convention and its conversion to the paper's
+lambda are in :mod:`circuitlasso.solve`).
 
 - Layer pairs (paper Eq. 4): ``Z[child] ~ Z[parent] A`` by a multi-output Lasso. Each child
   feature is its own Lasso problem, so :func:`fit_layer_pair` can fit just the child features a
-  trace needs (``children=``) and get exactly the columns the full ``A`` would hold. The penalty is
-  ``lam_ratio`` times each child's ``lam_max`` (the smallest penalty that zeroes it), so one ratio
-  means the same relative sparsity for every child and every layer.
-- The label (paper Eq. 5): ``y ~ Z[L] a`` by l1-penalized logistic regression (mean cross-entropy
-  plus ``lam * ||a||_1``; the paper's summed loss has ``lambda = M * lam``).
+  trace needs (``children=``) and get exactly the columns the full ``A`` would hold; each child
+  gets ``lam_ratio`` times its own ``lam_max``.
+- The label (paper Eq. 5): ``y ~ Z[L] A_{L,y}`` with the loss of the target's kind
+  (:mod:`circuitlasso.data.targets`): l1-penalized logistic regression for a binary target,
+  multinomial (softmax) for a multi-class one, the Lasso (squared error) for a real-valued one.
   :func:`lam_ablation` reproduces the paper's table of train/test loss, l1 norm and accuracy over
-  a grid of ``lam`` (``lam = 0``: unpenalized logistic regression by scikit-learn).
+  a grid of ratios.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import torch
-from sklearn.linear_model import LogisticRegression
 
-from circuitlasso.data.targets import binary_labels
-from circuitlasso.solve import lam_max, lasso, logistic_lasso
+from circuitlasso.data.targets import Target, TargetKind, make_target
+from circuitlasso.solve import lam_max, lasso, logistic_lam_max, logistic_lasso, multinomial_lasso
 
 Features: TypeAlias = sp.csr_matrix  # (M, D) token-averaged SAE features, one row per prompt
 
@@ -69,6 +70,11 @@ def frequent_features(Z: Features, min_prompts: int) -> np.ndarray:
     return np.flatnonzero(counts >= min_prompts)
 
 
+def _check_ratio(lam_ratio: float) -> None:
+    if not (np.isfinite(lam_ratio) and lam_ratio > 0):
+        raise ValueError(f"lam_ratio must be > 0 (a fraction of lam_max), got {lam_ratio}")
+
+
 def _check_pair(parent: Features, child: Features) -> None:
     if parent.shape[0] != child.shape[0]:
         raise ValueError(
@@ -92,15 +98,15 @@ def fit_layer_pair(
     device: torch.device | str | None = None,
 ) -> LayerPairFit:
     """Lasso of child features ``Z_child[:, children]: (M, k)`` on ``Z_parent: (M, D_parent)``
-    (all child features if ``children`` is None), each with ``lam = lam_ratio * lam_max``.
+    (all child features if ``children`` is None), each with ``lam = lam_ratio * lam_max``
+    (ratios >= 1 give zero columns).
 
     Only parents active on at least ``min_prompts`` prompts are predictors (see
     :func:`frequent_features`). A child that never varies has nothing to explain: its column is
     zero and it counts as converged. ``device``: where the solver runs (default the CPU); the
     result is on the CPU either way.
     """
-    if not 0 < lam_ratio < 1:
-        raise ValueError(f"lam_ratio must be in (0, 1), got {lam_ratio}")
+    _check_ratio(lam_ratio)
     _check_pair(Z_parent, Z_child)
     chosen = np.arange(Z_child.shape[1]) if children is None else np.asarray(children, dtype=int)
     bad = chosen[(chosen < 0) | (chosen >= Z_child.shape[1])]
@@ -148,55 +154,160 @@ def _scipy(coef: torch.Tensor) -> sp.coo_matrix:
 
 @dataclass(frozen=True)
 class LabelFit:
-    """``y ~ sigmoid(Z[layer] @ coef + intercept)``; ``coef: (D,)`` (the paper's ``A_{L,y}``)."""
+    """The readout ``A_{L,y}`` of layer ``layer``: ``coef: (D,)`` (binary, regression) or
+    ``(D, K)`` (multiclass, one column per class), ``intercept`` a float or ``(K,)``.
+
+    ``lam``: the penalty, on the mean scale of :mod:`circuitlasso.solve`; ``converged``: the
+    solver reached its tolerance; ``kind``: the target's kind; ``classes``: the label of each
+    class (binary: ``(2,)``, the second the positive class; ``(K,)`` multiclass; empty for
+    regression); ``lam_ratio``: the penalty as :func:`fit_label` was asked for it, a fraction of
+    ``lam_max`` (None for a readout written by hand).
+    """
 
     layer: int
     coef: np.ndarray
-    intercept: float
+    intercept: float | np.ndarray
     lam: float
     converged: bool
+    kind: TargetKind = "binary"
+    classes: np.ndarray = field(default_factory=lambda: np.array([0, 1]))
+    lam_ratio: float | None = None
+
+    def decision_function(self, Z: Features) -> np.ndarray:
+        """Linear predictor of features ``Z: (M, D)``: ``(M,)`` logits (binary), ``(M, K)``
+        logits (multiclass), ``(M,)`` predictions (regression)."""
+        scores = np.asarray(Z @ self.coef, dtype=np.float64)
+        return scores.reshape(Z.shape[0], *self.coef.shape[1:]) + self.intercept
 
     def predict_proba(self, Z: Features) -> np.ndarray:
-        """``(M,)`` probability of class 1 for features ``Z: (M, D)``."""
-        return 1 / (1 + np.exp(-(np.asarray(Z @ self.coef).ravel() + self.intercept)))
+        """``(M,)`` probability of the positive class ``classes[1]`` (binary) or ``(M, K)``
+        probability of each class (multiclass) for features ``Z: (M, D)``."""
+        scores = self.decision_function(Z)
+        if self.kind == "binary":
+            return 1 / (1 + np.exp(-scores))
+        if self.kind == "multiclass":
+            exp = np.exp(scores - scores.max(1, keepdims=True))
+            return exp / exp.sum(1, keepdims=True)
+        raise ValueError("a regression readout has no class probabilities; use predict")
+
+    def predict(self, Z: Features) -> np.ndarray:
+        """``(M,)`` predicted labels (classification) or values (regression) for ``Z: (M, D)``."""
+        if self.kind == "regression":
+            return self.decision_function(Z)
+        proba = self.predict_proba(Z)
+        codes = (proba > 0.5).astype(int) if self.kind == "binary" else proba.argmax(1)
+        return self.classes[codes]
+
+
+def _design(Z: Features, min_prompts: int) -> tuple[np.ndarray, sp.csr_matrix]:
+    """The features active on at least ``min_prompts`` prompts and their columns of ``Z``."""
+    keep = frequent_features(Z, min_prompts)
+    if len(keep) == 0:
+        raise ValueError(f"no feature is active on at least {min_prompts} prompts")
+    return keep, sp.csr_matrix(Z)[:, keep]
+
+
+def _target(Z: Features, y: Sequence | np.ndarray | Target, kind: str | None) -> Target:
+    target = make_target(y, kind=kind)
+    if Z.shape[0] != len(target):
+        raise ValueError(f"features have {Z.shape[0]} prompts but there are {len(target)} labels")
+    return target
+
+
+def _lam_max(design: sp.csr_matrix, target: Target, device: torch.device | str | None) -> float:
+    if target.kind == "regression":
+        return float(lam_max(design, target.values, fit_intercept=True, device=device))
+    return logistic_lam_max(design, target.values, device=device)
+
+
+def label_lam_max(
+    Z: Features,
+    y: Sequence | np.ndarray | Target,
+    *,
+    kind: str | None = None,
+    min_prompts: int = 1,
+    device: torch.device | str | None = None,
+) -> float:
+    """``lam_max`` of the label fit of ``y: (M,)`` on ``Z: (M, D)`` (arguments as in
+    :func:`fit_label`): ``lam_ratio = lam / label_lam_max(...)`` turns a penalty ``lam`` into a
+    ratio."""
+    target = _target(Z, y, kind)
+    return _lam_max(_design(Z, min_prompts)[1], target, device)
 
 
 def fit_label(
     Z: Features,
-    y: Sequence | np.ndarray,
-    lam: float,
+    y: Sequence | np.ndarray | Target,
+    lam_ratio: float,
     *,
     layer: int,
+    kind: str | None = None,
     min_prompts: int = 1,
+    tol: float = 1e-6,
     device: torch.device | str | None = None,
 ) -> LabelFit:
-    """l1-logistic regression of binary ``y: (M,)`` on the features of ``Z: (M, D)`` active on
-    at least ``min_prompts`` prompts (``lam = 0``: unpenalized, by scikit-learn, since an l1
-    solver has nothing to do there); the other features get coefficient 0. ``device``: where
-    the l1 solver runs (default the CPU)."""
-    labels = binary_labels(y)
-    if Z.shape[0] != len(labels):
-        raise ValueError(f"features have {Z.shape[0]} prompts but there are {len(labels)} labels")
-    if lam < 0:
-        raise ValueError(f"lam must be >= 0, got {lam}")
-    keep = frequent_features(Z, min_prompts)
-    if len(keep) == 0:
-        raise ValueError(f"no feature is active on at least {min_prompts} prompts")
-    design = sp.csr_matrix(Z)[:, keep]
-    coef = np.zeros(Z.shape[1])
-    if lam == 0:
-        model = LogisticRegression(C=np.inf, max_iter=10_000).fit(design, labels)
-        coef[keep] = model.coef_[0]
-        return LabelFit(layer, coef, float(model.intercept_[0]), 0.0, True)
-    result = logistic_lasso(design, labels, lam, dtype=torch.float64, device=device)
-    coef[keep] = result.coef.cpu().numpy()
-    return LabelFit(layer, coef, float(result.intercept), lam, bool(result.converged))
+    """The readout ``A_{L,y}``: ``y: (M,)`` labels (or a :class:`~circuitlasso.data.targets.Target`)
+    regressed on the features of ``Z: (M, D)`` active on at least ``min_prompts`` prompts, with
+    ``lam = lam_ratio * lam_max`` (ratios >= 1 give the intercept-only model); the other features
+    get coefficient 0.
+
+    ``kind``: ``"binary"``, ``"multiclass"`` or ``"regression"`` (None: read from ``y``, see
+    :func:`~circuitlasso.data.targets.make_target`); it picks the solver:
+    :func:`~circuitlasso.solve.logistic_lasso`, :func:`~circuitlasso.solve.multinomial_lasso` or
+    :func:`~circuitlasso.solve.lasso`, each to the certified tolerance ``tol``. This l1 circuit
+    fit is not the l2 probe of :func:`circuitlasso.evaluation.debias.probes.fit_probe`, which
+    reads every dense activation. ``device``: where the solver runs (default the CPU).
+    """
+    _check_ratio(lam_ratio)
+    target = _target(Z, y, kind)
+    keep, design = _design(Z, min_prompts)
+    top = _lam_max(design, target, device)
+    if not top > 0:
+        raise ValueError("no feature is correlated with the target (lam_max = 0)")
+    lam = lam_ratio * top
+    coef = np.zeros(
+        (Z.shape[1], len(target.classes)) if target.kind == "multiclass" else Z.shape[1]
+    )
+    if target.kind == "regression":
+        fitted = lasso(design, target.values, lam, fit_intercept=True, tol=tol,
+                       dtype=torch.float64, device=device)  # fmt: skip
+        solution, converged = fitted.coef, bool(fitted.converged)
+        intercept = fitted.intercept.cpu().numpy()
+    else:
+        solver = logistic_lasso if target.kind == "binary" else multinomial_lasso
+        result = solver(design, target.values, lam, tol=tol, dtype=torch.float64, device=device)
+        solution, converged = result.coef, result.converged
+        intercept = result.intercept.cpu().numpy()
+    coef[keep] = solution.cpu().numpy()
+    return LabelFit(
+        layer,
+        coef,
+        float(intercept) if intercept.ndim == 0 else intercept,
+        float(lam),
+        converged,
+        kind=target.kind,
+        classes=target.classes,
+        lam_ratio=float(lam_ratio),
+    )
 
 
-def _scores(fit: LabelFit, Z: Features, y: np.ndarray) -> dict[str, float]:
-    p = np.clip(fit.predict_proba(Z), 1e-12, 1 - 1e-12)
-    loss = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
-    return {"loss": float(loss), "accuracy": float(np.mean((p > 0.5) == y))}
+def _scores(fit: LabelFit, Z: Features, values: np.ndarray) -> dict[str, float]:
+    """Mean loss (cross-entropy, or squared error) and accuracy (or R^2) against ``values``."""
+    if fit.kind == "regression":
+        residual = values - fit.predict(Z)
+        total = np.sum((values - values.mean()) ** 2)
+        return {"loss": float(np.mean(residual**2)), "r2": float(1 - residual @ residual / total)}
+    p = fit.predict_proba(Z)
+    if fit.kind == "binary":
+        p = np.clip(p, 1e-12, 1 - 1e-12)
+        loss = -np.mean(values * np.log(p) + (1 - values) * np.log(1 - p))
+        return {"loss": float(loss), "accuracy": float(np.mean((p > 0.5) == values))}
+    codes = values.astype(int)
+    chosen = np.clip(p[np.arange(len(codes)), codes], 1e-12, 1.0)
+    return {
+        "loss": float(-np.mean(np.log(chosen))),
+        "accuracy": float(np.mean(p.argmax(1) == codes)),
+    }
 
 
 def lam_ablation(
@@ -204,45 +315,57 @@ def lam_ablation(
     y_train: Sequence | np.ndarray,
     Z_test: Features,
     y_test: Sequence | np.ndarray,
-    lams: Sequence[float],
+    lam_ratios: Sequence[float],
     *,
     layer: int,
+    kind: str | None = None,
     min_prompts: int = 1,
     validation_fraction: float = 0.2,
     seed: int = 0,
     device: torch.device | str | None = None,
 ) -> tuple[pd.DataFrame, float]:
-    """The paper's lam ablation (App. C.2) and a choice of lam that never sees the test set.
+    """The paper's lam ablation (App. C.2) and a choice of ratio that never sees the test set.
 
-    Per ``lam``: train loss (mean cross-entropy), l1 norm of the coefficients, nonzero
-    coefficients, train accuracy, accuracy on a seeded ``validation_fraction`` of the training
-    prompts when fit on the rest, test loss and accuracy. The chosen lam has the best validation
-    accuracy (ties: the larger lam, i.e. the sparser circuit). ``min_prompts`` and ``device`` as
-    in :func:`fit_label`. Returns the table and the choice.
+    Per ratio: ``lam_ratio``, ``lam`` (the penalty it gives on the training prompts), train loss
+    (mean cross-entropy, or mean squared error for regression), l1 norm of the coefficients,
+    nonzero coefficients, train score, score on a seeded ``validation_fraction`` of the training
+    prompts when fit on the rest with the same ``lam`` (as cross-validation along a path does),
+    test loss and score. The score is the accuracy (columns ``*_accuracy``) or, for regression,
+    R^2 (``*_r2``). The chosen ratio has the best validation score (ties: the larger ratio, i.e.
+    the sparser circuit). ``kind``, ``min_prompts`` and ``device`` as in :func:`fit_label`; the
+    test labels are read with the training labels' classes. Returns the table and the choice.
     """
-    y_tr, y_te = binary_labels(y_train), binary_labels(y_test)
+    target = _target(Z_train, y_train, kind)
+    test_values = target.encode(y_test)
     Z_train, Z_test = sp.csr_matrix(Z_train), sp.csr_matrix(Z_test)
-    order = np.random.default_rng(seed).permutation(len(y_tr))
-    n_val = max(1, round(validation_fraction * len(y_tr)))
+    order = np.random.default_rng(seed).permutation(len(target))
+    n_val = max(1, round(validation_fraction * len(target)))
     val, fit_rows = order[:n_val], order[n_val:]
+    held_target = target.rows(fit_rows)
+    held_top = label_lam_max(Z_train[fit_rows], held_target, min_prompts=min_prompts,
+                             device=device)  # fmt: skip
+    metric = "r2" if target.kind == "regression" else "accuracy"
     rows = []
-    for lam in lams:
-        fit = fit_label(Z_train, y_tr, lam, layer=layer, min_prompts=min_prompts, device=device)
-        held = fit_label(Z_train[fit_rows], y_tr[fit_rows], lam, layer=layer,
+    for lam_ratio in lam_ratios:
+        fit = fit_label(Z_train, target, lam_ratio, layer=layer, min_prompts=min_prompts,
+                        device=device)  # fmt: skip
+        held = fit_label(Z_train[fit_rows], held_target, fit.lam / held_top, layer=layer,
                          min_prompts=min_prompts, device=device)  # fmt: skip
-        train, test = _scores(fit, Z_train, y_tr), _scores(fit, Z_test, y_te)
+        train, test = _scores(fit, Z_train, target.values), _scores(fit, Z_test, test_values)
+        validation = _scores(held, Z_train[val], target.values[val])
         rows.append(
             {
-                "lam": lam,
+                "lam_ratio": lam_ratio,
+                "lam": fit.lam,
                 "train_loss": train["loss"],
                 "l1_norm": float(np.abs(fit.coef).sum()),
                 "nonzero": int(np.count_nonzero(fit.coef)),
-                "train_accuracy": train["accuracy"],
-                "validation_accuracy": _scores(held, Z_train[val], y_tr[val])["accuracy"],
+                f"train_{metric}": train[metric],
+                f"validation_{metric}": validation[metric],
                 "test_loss": test["loss"],
-                "test_accuracy": test["accuracy"],
+                f"test_{metric}": test[metric],
             }
         )
     table = pd.DataFrame(rows)
-    best = table.sort_values(["validation_accuracy", "lam"], ascending=False).iloc[0]
-    return table, float(best["lam"])
+    best = table.sort_values([f"validation_{metric}", "lam_ratio"], ascending=False).iloc[0]
+    return table, float(best["lam_ratio"])

@@ -6,7 +6,8 @@
 - Single-prompt: replace chosen tokens of one prompt by alternatives and report how the feature's
   activation changes (the paper's Table 6).
 
-Per-token values skip the BOS token, like the tables of the paper.
+Per-token values are those of the prompt's real tokens (BOS, EOS and padding left out, see
+:mod:`circuitlasso.collect.forward`), the tokens the collector averages over.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.features import Features
-from circuitlasso.collect.forward import stop_at_layer
+from circuitlasso.collect.forward import real_token_mask, stop_at_layer
 
 
 @torch.no_grad()
 def token_values(
     model: HookedTransformer, sae: SAE, feature: int, tokens: Sequence[torch.Tensor]
 ) -> list[np.ndarray]:
-    """Per prompt, the activation of SAE ``feature`` at each token after BOS: ``(T_i - 1,)``.
+    """Per prompt, the activation of SAE ``feature`` at each of its real tokens: ``(T_i,)``.
 
-    ``tokens``: one 1-D id tensor per prompt, BOS first (as ``model.to_tokens`` makes them).
+    ``tokens``: one 1-D id tensor per prompt (as ``model.to_tokens`` makes them); its real
+    tokens are those :func:`circuitlasso.collect.forward.real_token_mask` marks (not BOS, EOS or
+    PAD), the tokens the collector averages over.
     """
     if not 0 <= feature < sae.cfg.d_sae:
         raise ValueError(f"feature {feature} out of range: the SAE has {sae.cfg.d_sae} features")
@@ -39,18 +42,24 @@ def token_values(
     hook = str(sae.cfg.metadata.hook_name)
     stop = stop_at_layer([hook])
     width = max(len(t) for t in tokens)
-    pad = model.tokenizer.pad_token_id if model.tokenizer is not None else 0
-    batch = torch.full((len(tokens), width), pad or 0, dtype=torch.long)
+    batch = torch.zeros((len(tokens), width), dtype=torch.long)
     for row, ids in enumerate(tokens):
         batch[row, : len(ids)] = ids  # right padding: a causal model's real positions ignore it
     _, cache = model.run_with_cache(batch, names_filter=hook, stop_at_layer=stop)
     values = sae.encode(cache[hook])[..., feature]
     values = values.float().cpu()  # on the model's device until here
-    return [values[row, 1 : len(ids)].numpy() for row, ids in enumerate(tokens)]
+    return [values[row, : len(ids)][_real(model, ids)].numpy() for row, ids in enumerate(tokens)]
+
+
+def _real(model: HookedTransformer, ids: torch.Tensor) -> torch.Tensor:
+    """``(T,)`` bool real tokens of one prompt's ids, on the CPU."""
+    return real_token_mask(model, ids.cpu())
 
 
 def _words(model: HookedTransformer, ids: torch.Tensor) -> list[str]:
-    return [str(w) for w in model.to_str_tokens(ids)][1:]
+    """The prompt's real tokens as strings."""
+    words = [str(w) for w in model.to_str_tokens(ids)]
+    return [w for w, real in zip(words, _real(model, ids).tolist(), strict=True) if real]
 
 
 def _highlight(words: list[str], values: np.ndarray) -> str:
@@ -71,7 +80,7 @@ def top_prompts(
     ``Z[:, feature]`` (``Z: (M, D)`` from the collector), with per-token values.
 
     Columns: ``prompt`` (most active token in [brackets]), ``value`` (token-averaged),
-    ``per_token`` (values after BOS, rounded), ``top_token``.
+    ``per_token`` (values at the real tokens, rounded), ``top_token``.
     """
     if Z.shape[0] != len(prompts):
         raise ValueError(f"Z has {Z.shape[0]} rows but there are {len(prompts)} prompts")
@@ -128,21 +137,23 @@ def perturb(
     position: int,
     replacements: Sequence[str],
 ) -> pd.DataFrame:
-    """Single-prompt table: ``prompt`` and its variants with the token at ``position`` (0 = the
-    first token after BOS) replaced by each of ``replacements`` (single tokens).
+    """Single-prompt table: ``prompt`` and its variants with its real token number ``position``
+    (0 = the first token after BOS, if the model prepends one) replaced by each of
+    ``replacements`` (single tokens, none of them BOS, EOS or PAD).
 
     Columns: ``prompt`` (changed token in [brackets]), ``value`` (activation at ``position``),
     ``change`` (minus the original's), ``per_token``.
     """
     original = model.to_tokens(prompt)[0]
-    if not 0 <= position < len(original) - 1:
-        raise ValueError(
-            f"position {position} out of range: the prompt has {len(original) - 1} tokens"
-        )
+    where = _real(model, original).nonzero()[:, 0].tolist()
+    if not 0 <= position < len(where):
+        raise ValueError(f"position {position} out of range: the prompt has {len(where)} tokens")
     variants = [original]
     for text in replacements:
         ids = original.clone()
-        ids[position + 1] = model.to_single_token(text)  # raises unless one token
+        ids[where[position]] = model.to_single_token(text)  # raises unless one token
+        if not _real(model, ids)[where[position]]:
+            raise ValueError(f"replacement {text!r} is a BOS, EOS or PAD token")
         variants.append(ids)
     values = token_values(model, sae, feature, variants)
     rows = []

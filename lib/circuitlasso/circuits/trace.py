@@ -11,16 +11,20 @@ column's total. Only the columns a trace visits are ever fit (:class:`LayerRegre
 The result is a ``networkx.DiGraph`` whose nodes are named ``z{layer}.{feature}`` (attributes
 ``layer``, ``feature``, ``importance``: the root score, or for a parent the sum of the scores of
 its edges) and whose edges run parent -> child (attributes ``coef`` and ``score``).
+:func:`label_circuit` adds each node's ``top_tokens`` and each edge's ``type``; :func:`node_table`
+and :func:`edge_table` list them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import pandas as pd
 import torch
 
 from circuitlasso.cache import atomic_path
@@ -75,9 +79,10 @@ class LayerRegressions:
 
 
 def label_importance(fit: LabelFit, z: np.ndarray | None = None) -> np.ndarray:
-    """``(D,)`` importance of the last layer's features: ``|A_{L,y}|``, or ``|A_{L,y}| * |z|``
-    with ``z: (D,)`` one prompt's token-averaged features (or their standard deviations)."""
-    score = np.abs(fit.coef)
+    """``(D,)`` importance of the last layer's features: ``|A_{L,y}|`` (summed over the classes
+    of a multi-class readout), or that times ``|z|`` with ``z: (D,)`` one prompt's token-averaged
+    features (or their standard deviations)."""
+    score = np.abs(fit.coef).reshape(len(fit.coef), -1).sum(1)
     return score if z is None else score * np.abs(np.asarray(z).ravel())
 
 
@@ -204,6 +209,67 @@ def classify_edges(
     """Set every edge's ``type`` attribute by :func:`classify_edge` (``top_tokens`` by node)."""
     for parent, child, data in graph.edges(data=True):
         data["type"] = classify_edge(top_tokens[parent], top_tokens[child], overlap)
+
+
+def label_circuit(
+    graph: nx.DiGraph, top_tokens: Callable[[int, int], Counter[str]], overlap: float = 0.5
+) -> dict[str, Counter[str]]:
+    """Label every node by ``top_tokens(layer, feature)`` (token -> count among the feature's
+    largest activations, :func:`circuitlasso.circuits.interpret.top_tokens`): set the node's
+    ``top_tokens`` attribute to its 5 most common tokens and every edge's ``type``
+    (:func:`classify_edges`). Returns the full counts by node name."""
+    tokens = {
+        node: top_tokens(data["layer"], data["feature"]) for node, data in graph.nodes(data=True)
+    }
+    classify_edges(graph, tokens, overlap)
+    for node, counts in tokens.items():
+        graph.nodes[node]["top_tokens"] = dict(counts.most_common(5))
+    return tokens
+
+
+def node_labels(graph: nx.DiGraph, n: int = 3) -> dict[str, str]:
+    """Per node, its ``n`` most common top tokens joined by commas (after :func:`label_circuit`)."""
+    return {
+        node: ", ".join(list(data.get("top_tokens", {}))[:n])
+        for node, data in graph.nodes(data=True)
+    }
+
+
+def root_features(graph: nx.DiGraph) -> list[int]:
+    """The features of the circuit's last layer (its roots), by decreasing importance."""
+    if graph.number_of_nodes() == 0:
+        raise ValueError("the circuit has no nodes")
+    last = max(layer for _, layer in graph.nodes(data="layer"))
+    roots = [data for _, data in graph.nodes(data=True) if data["layer"] == last]
+    return [data["feature"] for data in sorted(roots, key=lambda data: -data["importance"])]
+
+
+def node_table(graph: nx.DiGraph) -> pd.DataFrame:
+    """One row per node, from the last layer down and by decreasing importance within a layer:
+    ``node``, ``layer``, ``importance`` (rounded to 3 decimals), ``top tokens`` (``word xcount``
+    from the ``top_tokens`` attribute, empty before :func:`label_circuit`)."""
+    rows = [
+        {
+            "node": node,
+            "layer": data["layer"],
+            "importance": data["importance"],
+            "top tokens": ", ".join(f"{w} x{n}" for w, n in data.get("top_tokens", {}).items()),
+        }
+        for node, data in graph.nodes(data=True)
+    ]
+    table = pd.DataFrame(rows, columns=["node", "layer", "importance", "top tokens"])
+    table = table.sort_values(["layer", "importance"], ascending=False, kind="stable")
+    return table.round({"importance": 3}).reset_index(drop=True)
+
+
+def edge_table(graph: nx.DiGraph) -> pd.DataFrame:
+    """One row per edge: ``parent``, ``child``, ``coef`` (rounded to 3 decimals) and ``type``
+    (None before :func:`label_circuit`)."""
+    rows = [
+        {"parent": parent, "child": child, "coef": round(data["coef"], 3), "type": data.get("type")}
+        for parent, child, data in graph.edges(data=True)
+    ]
+    return pd.DataFrame(rows, columns=["parent", "child", "coef", "type"])
 
 
 def to_json(graph: nx.DiGraph, path: str | Path | None = None) -> str:

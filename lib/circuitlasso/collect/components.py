@@ -13,6 +13,7 @@ import torch
 from tqdm import tqdm
 from transformer_lens import HookedTransformer
 
+from circuitlasso.collect.forward import mean_over_real
 from circuitlasso.data.graph import LOGITS, allowed_parents, graph_nodes, require_hook_flags
 
 
@@ -38,21 +39,19 @@ class NodeActivations:
         return self.X[:, start : start + self.block_sizes[j]]
 
 
-def _position_weights(position_mask: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
-    """Averaging weights over positions: (M, P), rows summing to 1."""
+def _position_mask(position_mask: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
+    """``(M, P)`` bool positions averaged over (default all), checked against ``tokens``."""
     m, p = tokens.shape
     if position_mask is None:
-        mask = torch.ones(m, p)
-    else:
-        mask = position_mask.to(torch.float32)
-        if mask.ndim == 1:
-            mask = mask.expand(m, -1)
-        if mask.shape != (m, p):
-            raise ValueError(f"position_mask shape {tuple(position_mask.shape)} != tokens {(m, p)}")
-    counts = mask.sum(1, keepdim=True)
-    if (counts == 0).any():
+        return torch.ones(m, p, dtype=torch.bool)
+    mask = position_mask.bool()
+    if mask.ndim == 1:
+        mask = mask.expand(m, -1)
+    if mask.shape != (m, p):
+        raise ValueError(f"position_mask shape {tuple(position_mask.shape)} != tokens {(m, p)}")
+    if not bool(mask.any(1).all()):
         raise ValueError("position_mask selects no position for some prompts")
-    return mask / counts
+    return mask
 
 
 def collect_nodes(
@@ -70,13 +69,13 @@ def collect_nodes(
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be (prompts, positions), got shape {tuple(tokens.shape)}")
     nodes = graph_nodes(model)
-    weights = _position_weights(position_mask, tokens)
+    mask = _position_mask(position_mask, tokens)
     hooks = sorted({n.hook for n in nodes if n.hook != LOGITS})
     blocks: list[list[torch.Tensor]] = [[] for _ in nodes]
     device = model.cfg.device
     for start in tqdm(range(0, len(tokens), batch_size), desc="collect", disable=not progress):
         batch = tokens[start : start + batch_size].to(device)
-        w = weights[start : start + batch_size].to(device)
+        chosen = mask[start : start + batch_size]
         cache: dict[str, torch.Tensor] = {}
 
         def save(activation: torch.Tensor, hook, cache=cache) -> None:
@@ -89,7 +88,7 @@ def collect_nodes(
             act = cache[node.hook]
             if node.head is not None:
                 act = act[:, :, node.head]
-            blocks[j].append(torch.einsum("mp,mpd->md", w, act.float()).cpu())
+            blocks[j].append(mean_over_real(act, chosen).float().cpu())
     columns = [torch.cat(b) for b in blocks]
     return NodeActivations(
         X=torch.cat(columns, dim=1),

@@ -27,8 +27,10 @@ from transformer_lens import HookedTransformer
 from circuitlasso.cache import cache_key, load_or_compute_chunks
 from circuitlasso.collect.forward import (
     check_prompts,
+    mean_over_real,
     special_token_ids,
     stop_at_layer,
+    to_dense,
     tokenize_batch,
 )
 from circuitlasso.data.models import check_sae_fits
@@ -82,22 +84,14 @@ def _nonfinite_error(what: str, rows: torch.Tensor, first: int, prompts: list[st
     )
 
 
-def _average_features(
-    sae: SAE, activations: torch.Tensor, rows: torch.Tensor, counts: torch.Tensor
-) -> torch.Tensor:
+def _average_features(sae: SAE, activations: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """Per-prompt mean of ``sae.encode(activations)``: ``(B, D)`` float32.
 
-    ``activations: (T, d_in)`` are the batch's real tokens, ``rows: (T,)`` their prompts and
-    ``counts: (B,)`` the real tokens per prompt.
+    ``activations: (T, d_in)`` are the batch's real tokens, ``activations_full[real]`` with
+    ``real: (B, P)`` the batch's mask; only they are encoded.
     """
-    device = sae.W_enc.device
-    features = sae.encode(activations.to(device))
-    if features.is_sparse:
-        features = features.to_dense()
-    sums = torch.zeros(len(counts), sae.cfg.d_sae, dtype=torch.float32, device=device)
-    sums.index_add_(0, rows.to(device), features.to(torch.float32))
-    del features
-    return sums / counts.to(device=device, dtype=torch.float32).unsqueeze(1)
+    features = sae.encode(activations.to(sae.W_enc.device))
+    return mean_over_real(to_dense(features), real, dtype=torch.float32)
 
 
 def _csr_parts(means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -163,9 +157,8 @@ def collect_sae_features(
     layers = sorted(saes)
     hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in layers}
     special_ids = special_token_ids(model)
-    special = torch.tensor(special_ids, dtype=torch.long)
     starts = range(0, len(prompts), batch_size)
-    batches = [tokenize_batch(model, prompts[s : s + batch_size], s, special) for s in starts]
+    batches = [tokenize_batch(model, prompts[s : s + batch_size], s) for s in starts]
 
     extra = cache_key_parts or {}
     key = cache_key(
@@ -213,7 +206,7 @@ def collect_sae_features(
                         first,
                         batch_prompts,
                     )
-                means = _average_features(saes[layer], tokens_real, rows, mask.sum(1))
+                means = _average_features(saes[layer], tokens_real, mask)
                 if not bool(torch.isfinite(means).all()):
                     rows = (~torch.isfinite(means)).any(1).nonzero()[:, 0]
                     raise _nonfinite_error(

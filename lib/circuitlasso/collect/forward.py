@@ -41,13 +41,45 @@ def special_token_ids(model: HookedTransformer) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def real_token_mask(model: HookedTransformer, tokens: torch.Tensor) -> torch.Tensor:
+    """``tokens``' shape, bool: True where the id is not the tokenizer's BOS, EOS or PAD id."""
+    special = torch.tensor(special_token_ids(model), dtype=tokens.dtype, device=tokens.device)
+    return ~torch.isin(tokens, special)
+
+
+def mean_over_real(
+    x: torch.Tensor, real: torch.Tensor, *, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """``(B, d)`` mean, in ``dtype``, of each row's values at the positions ``real: (B, P)`` marks.
+
+    ``x`` holds the values at every position, ``(B, P, d)``, or only those at the real ones,
+    ``(T, d)`` with ``T = real.sum()`` in row-major order (``x_full[real]``), as a caller that
+    computes nothing at the other positions has them. On ``x``'s device; differentiable.
+    """
+    real = real.to(x.device)
+    if real.dtype != torch.bool or real.ndim != 2 or (x.ndim == 3 and x.shape[:2] != real.shape):
+        raise ValueError(
+            f"real must be a (B, P) bool mask matching x: {real.dtype} {tuple(real.shape)}, "
+            f"x {tuple(x.shape)}"
+        )
+    counts = real.sum(1)
+    if not bool(counts.all()):
+        raise ValueError(f"row {int((counts == 0).nonzero()[0, 0])} has no real position")
+    values = x[real] if x.ndim == 3 else x
+    if values.ndim != 2 or len(values) != int(counts.sum()):
+        raise ValueError(f"x must be (B, P, d) or ({int(counts.sum())}, d), got {tuple(x.shape)}")
+    rows = real.nonzero()[:, 0]
+    sums = torch.zeros(len(real), values.shape[1], dtype=dtype, device=x.device)
+    return sums.index_add(0, rows, values.to(dtype)) / counts.to(dtype)[:, None]
+
+
 def tokenize_batch(
-    model: HookedTransformer, prompts: list[str], first: int, special: torch.Tensor
+    model: HookedTransformer, prompts: list[str], first: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``tokens: (B, P)`` of prompts ``first...`` and ``real: (B, P)``, the
-    positions averaged over; an error names a prompt with no real token or too many."""
+    """Right-padded ``tokens: (B, P)`` of prompts ``first...`` and ``real: (B, P)``
+    (:func:`real_token_mask`); an error names a prompt with no real token or too many."""
     tokens = model.to_tokens(prompts, padding_side="right", truncate=False, move_to_device=False)
-    real = ~torch.isin(tokens, special)
+    real = real_token_mask(model, tokens)
     n_ctx = model.cfg.n_ctx
     too_long = real[:, n_ctx:].any(1).nonzero()[:, 0]
     if len(too_long):
@@ -122,9 +154,8 @@ def prompt_batches(
     prompts = check_prompts(prompts)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    special = torch.tensor(special_token_ids(model), dtype=torch.long)
     return [
-        tokenize_batch(model, prompts[s : s + batch_size], s, special)
+        tokenize_batch(model, prompts[s : s + batch_size], s)
         for s in range(0, len(prompts), batch_size)
     ]
 

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import networkx as nx
 import numpy as np
@@ -60,34 +60,36 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit
 from circuitlasso.circuits.trace import LayerRegressions, feature_std, node_name
-from circuitlasso.collect.forward import prompt_batches, splice_hooks, stop_for_saes, to_dense
+from circuitlasso.collect.forward import (
+    mean_over_real,
+    prompt_batches,
+    splice_hooks,
+    stop_for_saes,
+    to_dense,
+)
 from circuitlasso.data.graph import Edge
 from circuitlasso.data.models import check_sae_fits
+from circuitlasso.evaluation.attribution import integrated_gradients
 
 Circuit = Mapping[int, Collection[int]]  # layer -> features
 Node = tuple[int, int]  # (layer, feature)
 T = TypeVar("T")
-Hook = tuple[str | Callable[..., Any], Callable[..., Any]]  # TransformerLens forward hook
 
 
 def _readout(label_fit: LabelFit, z: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """``(B,)`` metric ``2 * sigmoid(a^T zbar + b) - 1`` of features ``z: (B, P, D)``."""
-    weights = real.to(z.device, torch.float64)
-    zbar = torch.einsum("bp,bpd->bd", weights, z.double()) / weights.sum(1, keepdim=True)
     a = torch.as_tensor(label_fit.coef, dtype=torch.float64, device=z.device)
-    return 2 * torch.sigmoid(zbar @ a + label_fit.intercept) - 1
+    return 2 * torch.sigmoid(mean_over_real(z, real) @ a + float(label_fit.intercept)) - 1
 
 
-def _signs(labels: Sequence[int] | None, n: int, batch_size: int) -> list[torch.Tensor]:
-    """Per batch, ``(B,)`` float64 sign of each prompt's metric: ``2y - 1``, or 1 without labels."""
+def _signs(labels: Sequence[int] | None, n: int) -> np.ndarray:
+    """``(n,)`` sign of each prompt's metric: ``2y - 1``, or 1 without labels."""
     if labels is None:
-        signs = np.ones(n)
-    else:
-        y = np.asarray(labels)
-        if y.shape != (n,) or not np.isin(y, (0, 1)).all():
-            raise ValueError(f"labels must be {n} values in {{0, 1}}, one per prompt")
-        signs = 2.0 * y - 1.0
-    return [torch.as_tensor(signs[s : s + batch_size]) for s in range(0, n, batch_size)]
+        return np.ones(n)
+    y = np.asarray(labels)
+    if y.shape != (n,) or not np.isin(y, (0, 1)).all():
+        raise ValueError(f"labels must be {n} values in {{0, 1}}, one per prompt")
+    return 2.0 * y - 1.0
 
 
 def _check(model: HookedTransformer, saes: Mapping[int, SAE], label_fit: LabelFit | None) -> None:
@@ -144,19 +146,20 @@ def _metric(
     saes: Mapping[int, SAE],
     label_fit: LabelFit,
     batches: list[tuple[torch.Tensor, torch.Tensor]],
-    signs: list[torch.Tensor],
+    signs: np.ndarray,
     masks: Mapping[int, torch.Tensor],
     means: Mapping[int, torch.Tensor] | None,
 ) -> float:
     if masks and means is None:
         raise ValueError("ablating features needs means (see feature_means)")
     total, n = 0.0, 0
-    for (tokens, real), sign in zip(batches, signs, strict=True):
+    for tokens, real in batches:
         record: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
             model.run_with_hooks(tokens.to(model.cfg.device),
                                  fwd_hooks=splice_hooks(saes, real, masks, means, record),
                                  stop_at_layer=stop_for_saes(saes))  # fmt: skip
+        sign = torch.as_tensor(signs[n : n + len(tokens)])
         total += float((sign * _readout(label_fit, record[label_fit.layer], real).cpu()).sum())
         n += len(tokens)
     return total / n
@@ -184,7 +187,7 @@ def metric_with_ablation(
     _check(model, saes, label_fit)
     masks = _ablation_masks(saes, circuit, ablate_inside)
     batches = prompt_batches(model, prompts, batch_size)
-    signs = _signs(labels, len(prompts), batch_size)
+    signs = _signs(labels, len(prompts))
     return _metric(model, saes, label_fit, batches, signs, masks, means)
 
 
@@ -237,7 +240,7 @@ def node_ablation_sweep(
     m_circuit, m_complement, m_full, m_empty``."""
     _check(model, saes, label_fit)
     batches = prompt_batches(model, prompts, batch_size)
-    signs = _signs(labels, len(prompts), batch_size)
+    signs = _signs(labels, len(prompts))
 
     def m(circuit: Circuit | None, inside: bool = False) -> float:
         masks = _ablation_masks(saes, circuit, inside)
@@ -265,49 +268,6 @@ class Attribution:
     seconds: float
 
 
-def _ig_layer(
-    model: HookedTransformer,
-    saes: Mapping[int, SAE],
-    label_fit: LabelFit,
-    layer: int,
-    tokens: torch.Tensor,
-    real: torch.Tensor,
-    sign: torch.Tensor,
-    mean: torch.Tensor,
-    steps: int,
-) -> torch.Tensor:
-    """``(D,)`` sum over the batch's prompts and tokens of one layer's IG attributions."""
-    sae, reader = saes[layer], saes[label_fit.layer]
-    mask = real.to(mean.device)[:, :, None]
-    grads: torch.Tensor | None = None
-    clean: torch.Tensor | None = None
-    for step in range(steps):
-        alpha = (step + 0.5) / steps  # midpoint rule on [0, 1]
-        state: dict[str, torch.Tensor] = {}
-
-        def patch(x: torch.Tensor, hook: Any, alpha: float = alpha, state=state) -> torch.Tensor:
-            z = to_dense(sae.encode(x)).detach()
-            path = torch.where(mask, mean + alpha * (z - mean), z).requires_grad_(True)
-            state["clean"], state["path"], state["read"] = z, path, path
-            return sae.decode(path) + (x - sae.decode(z)).detach()
-
-        def read(x: torch.Tensor, hook: Any, state=state) -> torch.Tensor:
-            state["read"] = to_dense(reader.encode(x))
-            return x
-
-        hooks: list[Hook] = [(str(sae.cfg.metadata.hook_name), patch)]
-        if label_fit.layer != layer:
-            hooks.append((str(reader.cfg.metadata.hook_name), read))
-        with torch.enable_grad():
-            model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=stop_for_saes(saes))
-            m = (sign.to(mean.device) * _readout(label_fit, state["read"], real)).sum()
-            (grad,) = torch.autograd.grad(m, state["path"])
-        grads = grad if grads is None else grads + grad
-        clean = state["clean"]
-    assert grads is not None and clean is not None
-    return ((clean - mean) * mask * grads / steps).sum((0, 1)).double().cpu()
-
-
 def attribution_scores(
     model: HookedTransformer,
     saes: Mapping[int, SAE],
@@ -325,24 +285,24 @@ def attribution_scores(
     For layer ``l`` the features at real tokens follow ``mean + alpha * (z - mean)``, the SAE
     error term stays at its clean value and the layers above run unchanged; the score of a
     feature is ``(z - mean) * dm/dz`` averaged over ``alpha``, summed over tokens; ``m`` is
-    signed by ``labels: (n,)`` in {0, 1} if given.
+    signed by ``labels: (n,)`` in {0, 1} if given. The path integral is
+    :func:`circuitlasso.evaluation.attribution.integrated_gradients` from the baseline ``means``.
     """
     _check(model, saes, label_fit)
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
     start = time.perf_counter()
-    batches = prompt_batches(model, prompts, batch_size)
-    signs = _signs(labels, len(prompts), batch_size)
-    totals = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
-    for (tokens, real), sign in zip(batches, signs, strict=True):
-        tokens_d = tokens.to(model.cfg.device)
-        for layer, sae in saes.items():
-            mean = means[layer].to(sae.W_enc)
-            totals[layer] += _ig_layer(
-                model, saes, label_fit, layer, tokens_d, real, sign, mean, steps
-            )
-    n = sum(len(tokens) for tokens, _ in batches)
-    scores = {layer: (total / n).numpy() for layer, total in totals.items()}
+    reader = saes[label_fit.layer]
+    read = str(reader.cfg.metadata.hook_name)
+
+    def metric(
+        layer: int, z: torch.Tensor, seen: Mapping[str, torch.Tensor], real: torch.Tensor
+    ) -> torch.Tensor:
+        """The readout of the last layer's features: ``z`` itself, or encoded where it is read."""
+        features = z if layer == label_fit.layer else to_dense(reader.encode(seen[read]))
+        return _readout(label_fit, features, real)
+
+    signs = _signs(labels, len(prompts))
+    scores = integrated_gradients(model, saes, prompts, metric, reads=[read], baselines=means,
+                                  signs=signs, steps=steps, batch_size=batch_size)  # fmt: skip
     return Attribution(scores, time.perf_counter() - start)
 
 
@@ -380,7 +340,7 @@ class Surrogate:
         self.label_fit = label_fit
         self._std = {layer: feature_std(z) for layer, z in self.Z.items()}
         n = self.Z[label_fit.layer].shape[0]
-        self.signs = _signs(labels, n, max(n, 1))[0].numpy()
+        self.signs = _signs(labels, n)
         self.layers: dict[int, _Columns] = {}
         self._index: dict[Edge, tuple[int, int]] = {}  # edge -> (child layer, position in data)
         for layer in sorted(columns):

@@ -236,3 +236,26 @@ def faithfulness_curves(node: pd.DataFrame, edge: pd.DataFrame) -> Figure:
                    title=f"{kind[:-1]} ablation: {column}")  # fmt: skip
     fig.tight_layout()
     return fig
+
+
+def debias_scores(table: pd.DataFrame) -> Figure:
+    """Bias in Bios at a glance: left, each method's profession, gender and worst-group accuracy
+    in percent (Table 2; dashed: 50, the ideal gender accuracy); right, its seconds to build the
+    classifier. ``table`` has one row per method (index) and columns ``profession, gender,
+    worst_group, seconds``, as :class:`circuitlasso.evaluation.debias.Comparison` holds."""
+    metrics = ["profession", "gender", "worst_group"]
+    missing = [c for c in (*metrics, "seconds") if c not in table]
+    if missing:
+        raise ValueError(f"table lacks columns {missing}")
+    scores = table[metrics].rename_axis("method").reset_index()
+    scores = scores.melt("method", var_name="metric", value_name="percent")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [2, 1]})
+    sns.barplot(data=scores, y="method", x="percent", hue="metric", ax=left)
+    left.axvline(50, color="grey", linestyle="--", linewidth=1)
+    left.set(xlabel="% on the balanced test set", ylabel="")
+    sns.move_legend(left, "lower center", bbox_to_anchor=(0.5, 1), ncol=3, title=None,
+                    frameon=False)  # fmt: skip
+    sns.barplot(x=table["seconds"], y=table.index, color="grey", ax=right)
+    right.set(xlabel="seconds to build the classifier", ylabel="", yticklabels=[])
+    fig.tight_layout()
+    return fig

@@ -15,8 +15,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,8 @@ from typing import Any
 
 import nbformat
 import yaml
+
+from circuitlasso.cache import atomic_path
 
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
@@ -161,14 +161,6 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         return key.strip(), yaml.safe_load(raw)
 
 
-def _atomic_write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".ipynb.tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        nbformat.write(nb, handle)
-    os.replace(tmp, path)
-
-
 def run_section(
     project: Project,
     section: str,
@@ -226,7 +218,8 @@ def update_baseline(project: Project, section: str) -> None:
         if target.cell_type == "code":
             target.outputs = source.outputs
             target.execution_count = source.execution_count
-    _atomic_write_notebook(template, project.template(section))
+    with atomic_path(project.template(section)) as tmp:
+        nbformat.write(template, tmp)
 
 
 def build_info(project: Project) -> dict[str, dict[str, Any]]:
@@ -258,10 +251,8 @@ def write_build_info(project: Project) -> Path:
         shown = {k: v for k, v in entry["parameters"].items() if k != "profile"}
         lines.append(f"| {name} | {entry['profile']} | `{json.dumps(shown)}` |")
     path = project.sections_out / "build_info.md"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".md.tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer
 
 import circuitlasso
+from circuitlasso.cache import atomic_path
 from circuitlasso.data.toyworld.lm import make_model, resid_hook
 from circuitlasso.data.toyworld.tokenizer import TOKENIZER_FILE, load_tokenizer
 
@@ -53,14 +52,9 @@ def toy_dir(path: Path | str | None) -> Path:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically (temporary file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(obj, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.chmod(tmp, FILE_MODE)
-    os.replace(tmp, path)
+    """Write ``obj`` as indented JSON, atomically (:func:`circuitlasso.cache.atomic_path`)."""
+    with atomic_path(path, mode=FILE_MODE) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def save_model(model: HookedTransformer, arch: dict[str, Any], seed: int, root: Path) -> None:
@@ -69,11 +63,8 @@ def save_model(model: HookedTransformer, arch: dict[str, Any], seed: int, root: 
     directory.mkdir(parents=True, exist_ok=True)
     write_json(directory / MODEL_CONFIG, {"architecture": arch, "seed": seed})
     weights = {k: v.contiguous() for k, v in model.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{MODEL_WEIGHTS}-", dir=directory)
-    os.close(fd)
-    save_file(weights, tmp)
-    os.chmod(tmp, FILE_MODE)
-    os.replace(tmp, directory / MODEL_WEIGHTS)
+    with atomic_path(directory / MODEL_WEIGHTS, mode=FILE_MODE) as tmp:
+        save_file(weights, tmp)
 
 
 def model_config(path: Path | str | None = None) -> dict[str, Any]:

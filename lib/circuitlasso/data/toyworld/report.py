@@ -91,7 +91,10 @@ def mean_pool(features: torch.Tensor, owners: torch.Tensor, n_documents: int) ->
 
 
 def probe(model: HookedTransformer, sae: SAE, layer: int, seed: int) -> dict[str, Any]:
-    """Logistic regression on mean-pooled ``layer`` SAE features: toy-CoLA train -> test."""
+    """Logistic regression on mean-pooled ``layer`` SAE features: toy-CoLA train -> test. It is
+    the l2 probe of :func:`circuitlasso.evaluation.debias.probes.fit_probe` (scikit-learn's
+    default l2 penalty), called here directly because ``data`` may not import from a later stage;
+    the circuit's l1 readout is :func:`circuitlasso.circuits.features.fit_label`."""
     splits = {s: load_toy_cola(s, seed) for s in ("train", "test")}
     pooled = {}
     for split, frame in splits.items():

@@ -13,6 +13,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
+from circuitlasso.cache import atomic_path
+
 BOS, PAD, UNK = "<bos>", "<pad>", "<unk>"
 SPECIAL_TOKENS = (BOS, PAD, UNK)
 TOKENIZER_FILE = "tokenizer.json"
@@ -51,8 +53,9 @@ def _wrap(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
-    """Write ``tokenizer.json`` to ``path``."""
-    tokenizer.backend_tokenizer.save(str(path))
+    """Write ``tokenizer.json`` to ``path``, atomically."""
+    with atomic_path(path) as tmp:
+        tokenizer.backend_tokenizer.save(str(tmp))
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:

@@ -1,28 +1,38 @@
 """Debiasing a profession classifier on Bias in Bios (paper Sec. 4.2.2, App. C.6, Tables 1-2).
 
-- :mod:`~circuitlasso.evaluation.debias.data`: the four splits, targets, the accuracies of
-  Table 2.
+- :mod:`~circuitlasso.evaluation.debias.data`: the four splits and their group sizes, CBP's
+  concepts, targets, the accuracies of Table 2.
 - :mod:`~circuitlasso.evaluation.debias.probes`: mean-pooled activations (optionally with SAE
   features zeroed in the forward pass), logistic probes, concept-bottleneck probes.
 - :mod:`~circuitlasso.evaluation.debias.shift`: SHIFT's integrated-gradient attribution on SAE
   features.
 - :mod:`~circuitlasso.evaluation.debias.gender`: the automatic gender-feature rule and the toy
   world's truth.
-- :mod:`~circuitlasso.evaluation.debias.compare`: every method of the comparison on one task.
+- :mod:`~circuitlasso.evaluation.debias.compare`: every method of the comparison on one task, and
+  the section's tables and summary.
 """
 
 from circuitlasso.evaluation.debias.compare import (
     Comparison,
     Method,
+    candidate_table,
     chosen_nodes,
     compare_methods,
     describe,
+    gap_closed,
+    removal_table,
+    rule_vs_toy_truth,
+    summary,
+    write_results,
     zero_columns,
 )
 from circuitlasso.evaluation.debias.data import (
     TOY_CONCEPTS,
     accuracies,
+    bottleneck,
     check_split,
+    concept_table,
+    group_sizes,
     load_splits,
     targets,
 )
@@ -31,8 +41,10 @@ from circuitlasso.evaluation.debias.gender import (
     gender_swap,
     gendered_share,
     precision_recall,
+    rule_vs_truth,
     swap_effects,
     top_prompt_share,
+    toy_name_coverage,
     toy_truth,
 )
 from circuitlasso.evaluation.debias.probes import (
@@ -54,23 +66,34 @@ __all__ = [
     "Method",
     "Probe",
     "accuracies",
+    "bottleneck",
+    "candidate_table",
     "check_split",
     "chosen_nodes",
     "compare_methods",
     "concept_directions",
     "concept_scores",
+    "concept_table",
     "describe",
     "fit_concept_bottleneck",
     "fit_probe",
+    "gap_closed",
     "gender_swap",
     "gendered_share",
+    "group_sizes",
     "ig_scores",
     "load_splits",
     "pooled_activations",
     "precision_recall",
+    "removal_table",
+    "rule_vs_toy_truth",
+    "rule_vs_truth",
+    "summary",
     "swap_effects",
     "targets",
     "top_prompt_share",
+    "toy_name_coverage",
     "toy_truth",
+    "write_results",
     "zero_columns",
 ]

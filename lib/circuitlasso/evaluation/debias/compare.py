@@ -20,14 +20,19 @@ fresh temporary cache, so no method is timed on cached work.
   (:func:`~circuitlasso.circuits.features.fit_label`), the top ``n_candidates`` by ``|A_{s,y}|``,
   the gender features among them zeroed in the features fed to the same classifier; -retrain
   refits ``A_{s,y}`` with those features zeroed.
+
+The section's tables come from the :class:`Comparison`: the candidates as shown
+(:func:`candidate_table`), Table 1 (:func:`removal_table`), the worst-group gap each method closes
+(:func:`gap_closed`), the rule against the toy world's truth (:func:`rule_vs_toy_truth`) and the
+summary (:func:`summary`).
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -36,12 +41,13 @@ import scipy.sparse as sp
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.circuits.features import LabelFit, fit_label
+from circuitlasso.cache import atomic_path
+from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.interpret import top_tokens
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.evaluation.ablate import rank_features
-from circuitlasso.evaluation.debias.data import accuracies, targets
-from circuitlasso.evaluation.debias.gender import Node, swap_effects
+from circuitlasso.evaluation.debias.data import accuracies, bottleneck, targets
+from circuitlasso.evaluation.debias.gender import Node, rule_vs_truth, swap_effects
 from circuitlasso.evaluation.debias.probes import (
     Probe,
     fit_concept_bottleneck,
@@ -49,6 +55,7 @@ from circuitlasso.evaluation.debias.probes import (
     pooled_activations,
 )
 from circuitlasso.evaluation.debias.shift import ig_scores
+from circuitlasso.evaluation.faithfulness import fresh_features
 
 T = TypeVar("T")
 
@@ -253,26 +260,21 @@ def _shift_methods(
 
 
 def _lasso_methods(
-    task: _Task, manual: Sequence[Sequence[int]] | None, *, lam: float, n_candidates: int
+    task: _Task, manual: Sequence[Sequence[int]] | None, *, lam_ratio: float, n_candidates: int
 ) -> tuple[list[Method], pd.DataFrame, list[Node]]:
     """LINEAR PROBING, CircuitLasso and CircuitLasso-retrain; the candidates and removed
     features of CircuitLasso."""
     layer, y = task.layer, task.y["ambiguous_train"]
-    with tempfile.TemporaryDirectory() as tmp:
 
-        def collect(split: str) -> sp.csr_matrix:
-            return collect_sae_features(
-                task.model,
-                {layer: task.saes[layer]},
-                task.texts[split],
-                batch_size=task.batch_size,
-                cache_dir=tmp,
-                progress=False,
-            )[layer]
+    def collect(split: str) -> sp.csr_matrix:
+        saes = {layer: task.saes[layer]}
+        return fresh_features(task.model, saes, task.texts[split], batch_size=task.batch_size)[
+            layer
+        ]
 
-        Z, t_collect = timed(collect, "ambiguous_train")
-        Z_test = collect("balanced_test")
-    fit, t_l1 = timed(fit_label, Z, y, lam, layer=layer)
+    Z, t_collect = timed(collect, "ambiguous_train")
+    Z_test = collect("balanced_test")
+    fit, t_l1 = timed(fit_label, Z, y, lam_ratio, layer=layer)
     support = np.flatnonzero(fit.coef)
     sparse_probe, t_sparse = timed(fit_probe, Z[:, support], y, C=task.C)
     coef = {layer: fit.coef}
@@ -285,7 +287,9 @@ def _lasso_methods(
         raise ValueError(f"CircuitLasso reads layer {layer} only; cannot remove {outside}")
     features = [feature for _, feature in removed]
     Z_zeroed, t_zero = timed(zero_columns, Z, features)
-    refit, t_refit = timed(fit_label, Z_zeroed, y, lam, layer=layer)
+    refit, t_refit = timed(  # the same lam as the fit: its ratio of the zeroed lam_max
+        lambda: fit_label(Z_zeroed, y, fit.lam / label_lam_max(Z_zeroed, y), layer=layer)
+    )
     Z_test_zeroed = zero_columns(Z_test, features)
     seconds = t_collect + t_l1 + t_rank
     methods = [
@@ -316,7 +320,7 @@ def compare_methods(
     *,
     gender_concepts: Sequence[str] = ("male", "female"),
     C: float = 1.0,
-    lam: float = 1e-3,
+    lam_ratio: float = 0.09,
     n_candidates: int = 100,
     attribution_prompts: int = 200,
     steps: int = 10,
@@ -331,8 +335,9 @@ def compare_methods(
 
     ``saes[l]`` are the residual-stream SAEs of layers ``0..layer``; the probes read the hook of
     ``saes[layer]``. ``concepts`` maps concept names to short texts; CBP leaves out the
-    ``gender_concepts``. ``C``: inverse l2 penalty of the probes; ``lam``: l1 penalty of
-    ``A_{s,y}``. Gender features: the manual lists ``shift_gender`` / ``circuitlasso_gender`` of
+    ``gender_concepts``. ``C``: inverse l2 penalty of the probes; ``lam_ratio``: l1 penalty of
+    ``A_{s,y}``, a fraction of its ``lam_max`` (the retrained one keeps the same ``lam``). Gender
+    features: the manual lists ``shift_gender`` / ``circuitlasso_gender`` of
     ``[layer, feature]`` pairs, or (None) the automatic rule (``swap_threshold``) on the top
     ``n_candidates``. The attribution (``steps`` IG steps) reads the first
     ``attribution_prompts`` ambiguous training texts, the rule and the top tokens the first
@@ -341,9 +346,7 @@ def compare_methods(
     missing = [s for s in range(layer + 1) if s not in saes]
     if layer < 0 or missing:
         raise ValueError(f"SHIFT needs the SAEs of layers 0..{layer}; missing {missing}")
-    unknown = sorted(set(gender_concepts) - set(concepts))
-    if unknown:
-        raise ValueError(f"gender concepts {unknown} are not among the concepts {list(concepts)}")
+    kept = bottleneck(concepts, gender_concepts)
     task = _Task(
         model,
         saes,
@@ -356,7 +359,6 @@ def compare_methods(
         batch_size=batch_size,
     )
     X_test = task.pool("balanced_test")
-    kept = {name: texts for name, texts in concepts.items() if name not in gender_concepts}
     probes, original, t_original = _probe_methods(task, X_test, kept)
     shift, shift_candidates, shift_removed = _shift_methods(
         task,
@@ -368,7 +370,7 @@ def compare_methods(
         steps=steps,
     )
     lasso, lasso_candidates, lasso_removed = _lasso_methods(
-        task, circuitlasso_gender, lam=lam, n_candidates=n_candidates
+        task, circuitlasso_gender, lam_ratio=lam_ratio, n_candidates=n_candidates
     )
     by_name = {m.name: m for m in (*probes, *shift, *lasso)}
     test = splits["balanced_test"]
@@ -388,3 +390,94 @@ def compare_methods(
         {"SHIFT": shift_candidates, "CircuitLasso": lasso_candidates},
         {"SHIFT": shift_removed, "CircuitLasso": lasso_removed},
     )
+
+
+# ---------------------------------------------------------------- the tables of the section
+
+SCORES = ["profession", "gender", "worst_group"]  # Table 2's columns
+REMOVALS = ["SHIFT", "SHIFT-retrain", "CircuitLasso", "CircuitLasso-retrain"]  # Table 1's rows
+
+
+def candidate_table(candidates: pd.DataFrame, n_tokens: int = 4) -> pd.DataFrame:
+    """Ranked candidates (:func:`describe` plus ``removed``) as shown: ``node``, ``score``, ``top
+    tokens`` (the ``n_tokens`` most frequent as ``word xcount``), ``swap_effect``, the ``rule``'s
+    call and ``removed``; numbers to 3 decimals."""
+    tokens = [
+        ", ".join(f"{w} x{n}" for w, n in t.most_common(n_tokens)) for t in candidates["tokens"]
+    ]
+    return (
+        candidates.assign(tokens=tokens)
+        .drop(columns=["layer", "feature"])
+        .rename(columns={"tokens": "top tokens", "gendered": "rule"})
+        .round(3)
+    )
+
+
+def removal_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 from a :class:`Comparison` ``table``: the feature-removal methods' ``features``
+    (int) and ``seconds`` (to 0.1 s)."""
+    return table.loc[REMOVALS, ["features", "seconds"]].astype({"features": int}).round(1)
+
+
+def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
+    """Per method but ORIGINAL and ORACLE, from a :class:`Comparison` ``table``: the share of the
+    worst-group gap between ORIGINAL and ORACLE it closes, ``(w - w_ORIGINAL) / (w_ORACLE -
+    w_ORIGINAL)`` (to 3 decimals; 1: as good as ORACLE, below 0: worse than ORIGINAL), and
+    ``|gender - 50|`` (to 0.1)."""
+    worst = table["worst_group"]
+    closed = (worst - worst["ORIGINAL"]) / (worst["ORACLE"] - worst["ORIGINAL"])
+    return pd.DataFrame(
+        {
+            "worst-group gap closed": closed.round(3),
+            "|gender - 50|": (table["gender"] - 50).abs().round(1),
+        }
+    ).drop(index=["ORIGINAL", "ORACLE"])
+
+
+def write_results(table: pd.DataFrame, path: str | Path) -> None:
+    """Write a :class:`Comparison` ``table`` to the CSV ``path``, to 3 decimals; the file
+    appears complete or not at all."""
+    with atomic_path(path) as tmp:
+        table.round(3).to_csv(tmp)
+
+
+def rule_vs_toy_truth(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    comparison: Comparison,
+    splits: Mapping[str, pd.DataFrame],
+    *,
+    batch_size: int = 64,
+) -> pd.DataFrame:
+    """:func:`~circuitlasso.evaluation.debias.gender.rule_vs_truth` for the comparison's
+    candidates, the ground truth read on the balanced training split of ``splits`` (gender and
+    profession independent) with the features of ``saes`` collected here."""
+    balanced = splits["balanced_train"]
+    layers = sorted({int(s) for found in comparison.candidates.values() for s in found["layer"]})
+    Z: dict[int, sp.csr_matrix] = {}
+    if layers:
+        texts = balanced["text"].tolist()
+        chosen = {s: saes[s] for s in layers}
+        Z = collect_sae_features(model, chosen, texts, batch_size=batch_size, progress=False)
+    male = (balanced["gender"] == "male").to_numpy()
+    return rule_vs_truth(comparison.candidates, Z, male)
+
+
+def summary(comparison: Comparison, truth: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The section's summary: each method's ``scores`` (Table 2, to 0.01), the number of
+    ``candidates`` and ``removed`` features of SHIFT and CircuitLasso, each method's ``seconds``
+    (to 0.1 s) and, given the rule's ``truth`` table (:func:`rule_vs_toy_truth`), its precision
+    and recall against each ground truth."""
+    table = comparison.table
+    found: dict[str, Any] = {
+        "scores": table[SCORES].round(2).to_dict(orient="index"),
+        "candidates": {method: len(rows) for method, rows in comparison.candidates.items()},
+        "removed": {method: len(nodes) for method, nodes in comparison.removed.items()},
+        "seconds": table["seconds"].dropna().round(1).to_dict(),
+    }
+    if truth is not None:
+        found["rule_vs_toy_truth"] = {
+            f"{row['method']} {row['ground truth']}": {k: row[k] for k in ("precision", "recall")}
+            for row in truth.to_dict(orient="records")
+        }
+    return found

@@ -1,4 +1,5 @@
-"""The Bias in Bios task: its four splits, the 0/1 targets and the three accuracies of Table 2.
+"""The Bias in Bios task: its four splits and their group sizes, CBP's concepts, the 0/1 targets
+and the three accuracies of Table 2.
 
 A split is a DataFrame with columns ``text``, ``profession`` and ``gender`` (the format of
 :func:`circuitlasso.data.bias_in_bios.load_bias_in_bios`). For ``professions = (a, b)`` the
@@ -7,7 +8,7 @@ ambiguous splits hold male a's and female b's, the balanced ones all four groups
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,39 @@ def load_splits(
     for name in SPLITS:
         check_split(splits.get(name), name, pair)
     return splits
+
+
+def group_sizes(splits: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """``(groups, splits)`` number of biographies of each (profession, gender) group in each
+    split, 0 where a split has none."""
+    sizes = {name: frame.groupby(["profession", "gender"]).size() for name, frame in splits.items()}
+    return pd.DataFrame(sizes).fillna(0).astype(int)
+
+
+def bottleneck(
+    concepts: Mapping[str, Sequence[str]], gender_concepts: Sequence[str]
+) -> dict[str, Sequence[str]]:
+    """The ``concepts`` (name -> short texts) CBP's bottleneck keeps: all but the
+    ``gender_concepts``, each of which must be one of them."""
+    unknown = sorted(set(gender_concepts) - set(concepts))
+    if unknown:
+        raise ValueError(f"gender concepts {unknown} are not among the concepts {list(concepts)}")
+    return {name: texts for name, texts in concepts.items() if name not in gender_concepts}
+
+
+def concept_table(
+    concepts: Mapping[str, Sequence[str]], gender_concepts: Sequence[str]
+) -> pd.DataFrame:
+    """One row per concept: its ``texts`` joined by commas and whether it is ``in the
+    bottleneck`` (see :func:`bottleneck`)."""
+    kept = bottleneck(concepts, gender_concepts)
+    return pd.DataFrame(
+        {
+            "texts": [", ".join(texts) for texts in concepts.values()],
+            "in the bottleneck": [name in kept for name in concepts],
+        },
+        index=pd.Index(list(concepts), name="concept"),
+    )
 
 
 def check_split(frame: pd.DataFrame | None, name: str, professions: Sequence[str]) -> None:

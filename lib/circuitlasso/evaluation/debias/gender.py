@@ -184,3 +184,35 @@ def precision_recall(flagged: Sequence[bool], truth: Sequence[bool]) -> dict[str
         "precision": hits / int(calls.sum()) if calls.any() else float("nan"),
         "recall": hits / int(true.sum()) if true.any() else float("nan"),
     }
+
+
+def rule_vs_truth(
+    candidates: Mapping[str, pd.DataFrame], Z: Mapping[int, sp.csr_matrix], male: np.ndarray
+) -> pd.DataFrame:
+    """The automatic rule against each ground truth of :func:`toy_truth`, one row per method of
+    ``candidates`` (method -> rows of :func:`circuitlasso.evaluation.debias.compare.describe`)
+    and truth: ``method``, ``ground truth``, ``truly gendered`` and ``flagged`` (how many
+    candidates the truth and the rule call gendered), ``precision`` and ``recall``
+    (:func:`precision_recall`); ``Z[layer]: (M, D)`` and ``male: (M,)`` as for :func:`toy_truth`.
+    """
+    rows = []
+    for method, found in candidates.items():
+        for name, truth in toy_truth(found, Z, male).items():
+            rows.append(
+                {
+                    "method": method,
+                    "ground truth": name,
+                    "truly gendered": int(truth.sum()),
+                    "flagged": int(found["gendered"].sum()),
+                    **precision_recall(found["gendered"], truth),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def toy_name_coverage() -> tuple[int, int]:
+    """How many of the toy world's first names the rule's list has (:data:`MALE_FIRST_NAMES`,
+    :data:`FEMALE_FIRST_NAMES`), and how many first names the toy world has."""
+    categories = token_categories()
+    names = categories["male_names"] | categories["female_names"]
+    return len(names & {*MALE_FIRST_NAMES, *FEMALE_FIRST_NAMES}), len(names)

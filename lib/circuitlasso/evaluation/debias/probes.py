@@ -20,7 +20,12 @@ from sae_lens import SAE
 from sklearn.linear_model import LogisticRegression
 from transformer_lens import HookedTransformer
 
-from circuitlasso.collect.forward import prompt_batches, splice_hooks, stop_at_layer
+from circuitlasso.collect.forward import (
+    mean_over_real,
+    prompt_batches,
+    splice_hooks,
+    stop_at_layer,
+)
 from circuitlasso.data.models import check_sae_fits
 
 Node = tuple[int, int]  # (layer, SAE feature)
@@ -81,12 +86,6 @@ def pooled_activations(
     return np.concatenate(pooled)
 
 
-def mean_over_real(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """``(B, d)`` float64 mean of ``x: (B, P, d)`` over the positions ``real: (B, P)`` marks."""
-    weights = real.to(x.device, torch.float64)
-    return torch.einsum("bp,bpd->bd", weights, x.double()) / weights.sum(1, keepdim=True)
-
-
 @dataclass(frozen=True)
 class Probe:
     """Logistic probe ``p(y = 1 | x) = sigmoid(x @ coef + intercept)``; ``coef: (d,)``."""
@@ -105,7 +104,9 @@ class Probe:
 
 def fit_probe(X: Any, y: np.ndarray, *, C: float = 1.0) -> Probe:
     """l2-penalized logistic regression (scikit-learn, inverse penalty ``C``) of ``y: (M,)`` on
-    ``X: (M, d)``, dense or sparse."""
+    ``X: (M, d)``, dense or sparse. A probe keeps every direction of a dense activation; the l1
+    readout of :func:`circuitlasso.circuits.features.fit_label` is a different fit, a sparse
+    choice of SAE features."""
     if X.shape[0] != len(y):
         raise ValueError(f"X has {X.shape[0]} rows but there are {len(y)} labels")
     model = LogisticRegression(C=C, max_iter=10_000).fit(X, y)

@@ -1,8 +1,9 @@
 """Tables of an InterpBench run: per case, means over cases, median speedups, parity, JSON summary.
 
 A run is one DataFrame with a row per case x variant x method, as returned by
-:func:`circuitlasso.data.interpbench.evaluate_case` (concatenated by :func:`run_cases`). The
-functions here only reshape it; the benchmark script and the notebook both print them.
+:func:`circuitlasso.data.interpbench.evaluate_case` (concatenated by :func:`run_cases`, with the
+trained IOI case by :func:`run_benchmark`). The other functions only reshape it; the benchmark
+script and the notebook both print them.
 
 - :func:`case_means`: the mean of each column over cases, per variant and method (paper Fig. 2).
 - :func:`median_speedups`: per CircuitLasso method, the median over case x variant of the
@@ -11,21 +12,28 @@ functions here only reshape it; the benchmark script and the notebook both print
   hindsight SHD, AUROC and circuit sizes that say whether a gap comes from the ranking of the edge
   scores or from the threshold.
 - :func:`edge_ranking`: one method's edges on one model by decreasing score, marked kept / true,
-  to see which edges a method gets wrong.
+  to see which edges a method gets wrong (:func:`case_edge_rankings` for a case's methods,
+  :func:`describe_ranking` for how many of the kept edges are wrong and why).
+- :func:`speedup_note` and :func:`parity_text`: the lines that read those tables against the
+  paper; :func:`section_summary`: the notebook's JSON summary.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
 from circuitlasso.circuits.circuit import Circuit, circuit_at_threshold
 from circuitlasso.data.graph import Edge
-from circuitlasso.data.interpbench.convert import VARIANTS, Variant
-from circuitlasso.evaluation.interpbench.evaluate import METHODS, evaluate_case
+from circuitlasso.data.interpbench.compile import compile_case
+from circuitlasso.data.interpbench.convert import VARIANTS, Variant, to_hooked_transformer
+from circuitlasso.data.interpbench.prompts import make_prompts
+from circuitlasso.evaluation.interpbench.evaluate import METHODS, evaluate_case, run_method
+from circuitlasso.evaluation.interpbench.ioi import evaluate_ioi
 
 ACCURACY_COLUMNS = (
     "edge_shd",
@@ -38,6 +46,7 @@ ACCURACY_COLUMNS = (
 TIME_COLUMNS = ("collect_s", "solve_s", "total_s")
 LASSO_METHODS = tuple(m for m in METHODS if m.startswith("circuitlasso"))
 BASELINES = ("eap-ig", "eap")
+PAPER_SPEEDUPS = {"eap-ig": 3.0, "eap": 2.1}  # circuitlasso-linear's, paper Sec. 4.1
 
 
 def run_cases(
@@ -58,6 +67,27 @@ def run_cases(
         for case, variant in tqdm(jobs, desc="cases", disable=not progress)
     ]
     return pd.concat(tables, ignore_index=True)
+
+
+def run_benchmark(
+    cases: Sequence[str | int],
+    variants: Sequence[Variant] = VARIANTS,
+    methods: Sequence[str] = METHODS,
+    n_prompts: int = 1000,
+    seed: int = 0,
+    trials: int = 3,
+    *,
+    ioi: bool = False,
+    ioi_source: str | Path | None = None,
+) -> pd.DataFrame:
+    """:func:`run_cases`, then with ``ioi`` the trained IOI case
+    (:func:`~circuitlasso.evaluation.interpbench.ioi.evaluate_ioi`, from the hub or the local
+    ``ioi_source``) as more rows of the same table."""
+    table = run_cases(cases, variants, methods, n_prompts, seed, trials)
+    if not ioi:
+        return table
+    hub = evaluate_ioi(ioi_source, methods, n_prompts, seed, trials)
+    return pd.concat([table, hub], ignore_index=True)
 
 
 def _check_columns(table: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -166,6 +196,68 @@ def edge_ranking(
     return table.head(top).reset_index(drop=True) if top else table.reset_index(drop=True)
 
 
+def case_edge_rankings(
+    case: str | int,
+    variant: Variant,
+    methods: Sequence[str],
+    n_prompts: int = 1000,
+    seed: int = 0,
+    top: int | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Per method, :func:`edge_ranking` of its run on InterpBench ``case`` (the ``variant`` of its
+    compiled model, ``n_prompts`` seeded prompt pairs) against the case's true circuit."""
+    compiled = compile_case(str(case))
+    model = to_hooked_transformer(compiled, variant, seed=seed)
+    prompts = make_prompts(compiled, n_prompts, seed)
+    rankings = {}
+    for method in methods:
+        run = run_method(method, model, prompts, seed)
+        rankings[method] = edge_ranking(run.scores, run.threshold, compiled.ground_truth, top)
+    return rankings
+
+
+def describe_ranking(ranked: pd.DataFrame) -> str:
+    """How many edges of an :func:`edge_ranking` (taken whole) were kept, how many of those are
+    false, and how many of the false ones touch a node outside the true circuit."""
+    _check_columns(ranked, ["kept", "true", "parent_in_circuit", "child_in_circuit"])
+    wrong = ranked[ranked["kept"] & ~ranked["true"]]
+    outside = int((~wrong["parent_in_circuit"] | ~wrong["child_in_circuit"]).sum())
+    return (
+        f"{int(ranked['kept'].sum())} edges kept, {len(wrong)} false, {outside} of them touching "
+        "a node outside the true circuit"
+    )
+
+
+def speedup_note(speedups: pd.DataFrame, method: str = "circuitlasso-linear") -> str:
+    """``method``'s median speedups (a :func:`speedup_table`) next to the paper's."""
+    if method not in speedups.index:
+        return f"{method} did not run: no speedup to compare with the paper's"
+    row = speedups.loc[method]
+    parts = [
+        f"{row[f'vs {baseline}']:.1f}x {baseline.upper()}'s speed (paper: {paper:.1f}x)"
+        for baseline, paper in PAPER_SPEEDUPS.items()
+        if f"vs {baseline}" in row.index
+    ]
+    return f"{method}: " + ", ".join(parts)
+
+
+def parity_text(
+    check: pd.DataFrame,
+    tolerance: float,
+    method: str = "circuitlasso-linear",
+    reference: str = "eap-ig",
+) -> str:
+    """One line per variant of a :func:`parity` table: both mean edge SHDs, the gap, and whether
+    parity is reached at ``tolerance``."""
+    _check_columns(check, [f"{method} edge_shd", f"{reference} edge_shd", "gap", "parity"])
+    return "\n".join(
+        f"{variant}: {method} mean edge SHD {row[f'{method} edge_shd']:.2f} vs "
+        f"{reference.upper()} {row[f'{reference} edge_shd']:.2f} (gap {row['gap']:+.2f}): parity "
+        f"{'reached' if row['parity'] else 'NOT reached'} at tolerance {tolerance}"
+        for variant, row in check.iterrows()
+    )
+
+
 def nested_means(table: pd.DataFrame, column: str) -> dict[str, dict[str, float]]:
     """``{method: {variant: mean of column over cases}}``, rounded to 4 decimals."""
     means = case_means(table, [column])[column]
@@ -173,6 +265,20 @@ def nested_means(table: pd.DataFrame, column: str) -> dict[str, dict[str, float]
     for (variant, method), value in means.items():
         out.setdefault(str(method), {})[str(variant)] = round(float(value), 4)
     return out
+
+
+def section_summary(table: pd.DataFrame) -> dict:
+    """The notebook's JSON summary: ``means`` (per variant and method, the mean edge SHD and edge
+    AUROC over cases, rounded to 4 decimals) and ``median_speedup`` (:func:`speedup_table`, per
+    baseline and method, rounded to 3)."""
+    means = case_means(table, ["edge_shd", "edge_auroc"]).round(4)
+    return {
+        "means": {
+            str(variant): {str(method): row.to_dict() for (_, method), row in group.iterrows()}
+            for variant, group in means.groupby(level="variant", sort=False)
+        },
+        "median_speedup": speedup_table(table).round(3).to_dict(),
+    }
 
 
 def summary(table: pd.DataFrame) -> dict:

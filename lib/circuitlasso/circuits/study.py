@@ -1,0 +1,292 @@
+"""A feature-circuit study: a model, its SAEs and a labelled data set, loaded and collected once.
+
+:meth:`FeatureStudy.load` loads the model, the SAEs of ``layers`` and the train and test splits
+(columns ``sentence`` and ``label``) and collects their token-averaged SAE features ``Z`` and
+``Z_test`` (``{layer: (prompts, d_sae)}`` sparse, :meth:`FeatureStudy.collect`, see
+:func:`circuitlasso.collect.collect_sae_features`). The study then answers what a feature stands
+for, over the training sentences (:mod:`circuitlasso.circuits.interpret`): its top tokens
+(computed once per feature and kept), its top prompts, and how its activation changes when the
+most active token of its top prompt is replaced. ``runtime`` holds the wall time of each stage:
+the study's own (loading, collecting, labelling) and those a run closes with
+:meth:`~FeatureStudy.lap` or :meth:`~FeatureStudy.timed`.
+
+:func:`feature_activity` describes the collected features and :func:`run_summary` is the JSON
+summary of a run: the label regression, its lam ablation and the traced circuit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+from sae_lens import SAE
+from transformer_lens import HookedTransformer
+
+from circuitlasso.circuits import interpret
+from circuitlasso.circuits import trace as tr
+from circuitlasso.circuits.features import Features, LabelFit, frequent_features
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.data import load_dataset
+from circuitlasso.data.models import load_model, load_saes
+
+ABLATION_COLUMNS = ("train_loss", "nonzero", "validation_accuracy", "test_accuracy")
+
+
+@dataclass
+class FeatureStudy:
+    """A model (``name``), its SAEs by layer (on ``blocks.<layer>.<hook>``), the ``train`` and
+    ``test`` frames (``sentence``, binary ``label``), their features once collected, and the
+    ``label_prompts`` top prompts a feature's top tokens are counted over."""
+
+    name: str
+    hook: str
+    model: HookedTransformer
+    saes: dict[int, SAE]
+    train: pd.DataFrame
+    test: pd.DataFrame
+    label_prompts: int = 50
+    Z: dict[int, Features] = field(default_factory=dict)
+    Z_test: dict[int, Features] = field(default_factory=dict)
+    runtime: dict[str, float] = field(default_factory=dict)
+    _tokens: dict[tuple[int, int], Counter[str]] = field(default_factory=dict, repr=False)
+    _mark: float = field(default_factory=lambda: time.perf_counter(), repr=False)
+
+    @classmethod
+    def load(
+        cls,
+        name: str,
+        layers: Sequence[int] | None,
+        hook: str,
+        dataset: str,
+        splits: tuple[str, str] = ("train", "test"),
+        *,
+        max_prompts: int | None = None,
+        label_prompts: int = 50,
+        seed: int = 0,
+        device: str = "cpu",
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> FeatureStudy:
+        """Load model ``name`` (see :func:`~circuitlasso.data.models.load_model`), its SAEs at
+        ``hook`` on ``layers`` (None: every layer) and the ``splits`` (train, test) of
+        ``dataset``, keeping a seeded sample of ``max_prompts`` training sentences (None: all);
+        then :meth:`collect` their features in batches of ``batch_size``."""
+        start = time.perf_counter()
+        model = load_model(name, device=device)
+        chosen = range(model.cfg.n_layers) if layers is None else layers
+        saes = load_saes(name, list(chosen), hook, device=device, model=model)
+        train, test = (load_dataset(dataset, split=split) for split in splits)
+        for split, frame in zip(splits, (train, test), strict=True):
+            missing = {"sentence", "label"} - set(frame.columns)
+            if missing:
+                raise ValueError(f"{dataset} [{split}] lacks the columns {sorted(missing)}")
+        if max_prompts is not None:
+            train = train.sample(n=min(max_prompts, len(train)), random_state=seed)
+        study = cls(name, hook, model, saes, train, test, label_prompts)
+        study._close("load model, SAEs and data", start)
+        study.collect(batch_size=batch_size, progress=progress)
+        return study
+
+    def __str__(self) -> str:
+        cfg = self.model.cfg
+        return (
+            f"{self.name}: {cfg.n_layers} layers, d_model={cfg.d_model}; SAEs on layers "
+            f"{self.layers} ({self.hook}), D={self.saes[self.last].cfg.d_sae}; "
+            f"{len(self.train)} training and {len(self.test)} test sentences"
+        )
+
+    @property
+    def layers(self) -> list[int]:
+        """The layers with an SAE, in order."""
+        return sorted(self.saes)
+
+    @property
+    def last(self) -> int:
+        """The last layer with an SAE: the one the label regression reads."""
+        return self.layers[-1]
+
+    @property
+    def prompts(self) -> list[str]:
+        """The training sentences, the rows of ``Z``."""
+        return self.train["sentence"].tolist()
+
+    @property
+    def y(self) -> np.ndarray:
+        """``(M,)`` training labels."""
+        return self.train["label"].to_numpy()
+
+    @property
+    def y_test(self) -> np.ndarray:
+        """``(M_test,)`` test labels."""
+        return self.test["label"].to_numpy()
+
+    # ------------------------------------------------------------------ runtime
+
+    def _close(self, stage: str, start: float) -> None:
+        if stage in self.runtime:
+            raise ValueError(f"stage {stage!r} was already timed")
+        self._mark = time.perf_counter()
+        self.runtime[stage] = self._mark - start
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Time the block as ``stage``."""
+        start = time.perf_counter()
+        yield
+        self._close(stage, start)
+
+    def lap(self, stage: str) -> None:
+        """Time as ``stage`` everything since the previous stage ended."""
+        self._close(stage, self._mark)
+
+    def runtime_table(self) -> pd.DataFrame:
+        """Seconds of each timed stage (rounded to 0.1), in the order they ran."""
+        return pd.Series(self.runtime, name="seconds", dtype=float).round(1).to_frame()
+
+    # ------------------------------------------------------------------ features
+
+    def collect(
+        self, *, batch_size: int = 64, progress: bool = False
+    ) -> tuple[dict[int, Features], dict[int, Features]]:
+        """Collect (or load from the on-disk cache) ``Z`` and ``Z_test``; return both."""
+        start = time.perf_counter()
+        for split, frame in ((self.Z, self.train), (self.Z_test, self.test)):
+            split.update(
+                collect_sae_features(
+                    self.model,
+                    self.saes,
+                    frame["sentence"].tolist(),
+                    batch_size=batch_size,
+                    progress=progress,
+                )
+            )
+        self._close("collect SAE features", start)
+        return self.Z, self.Z_test
+
+    def _features(self, layer: int) -> Features:
+        if not self.Z:
+            raise ValueError("no features yet: call collect() first")
+        if layer not in self.Z:
+            raise ValueError(f"layer {layer} has no SAE; the layers are {self.layers}")
+        return self.Z[layer]
+
+    def top_tokens(self, layer: int, feature: int) -> Counter[str]:
+        """How often each token is among the feature's largest activations over its
+        ``label_prompts`` top training prompts, computed once
+        (:func:`~circuitlasso.circuits.interpret.top_tokens`)."""
+        key = (int(layer), int(feature))
+        if key not in self._tokens:
+            self._tokens[key] = interpret.top_tokens(
+                self.model,
+                self.saes[key[0]],
+                key[1],
+                self.prompts,
+                self._features(key[0]),
+                n_prompts=self.label_prompts,
+            )
+        return self._tokens[key]
+
+    def label_circuit(self, circuit: nx.DiGraph) -> dict[str, Counter[str]]:
+        """:func:`~circuitlasso.circuits.trace.label_circuit` with :meth:`top_tokens`, timed as
+        ``labels``: every node's top tokens and every edge's type."""
+        with self.timed("labels"):
+            return tr.label_circuit(circuit, self.top_tokens)
+
+    def top_prompts(self, layer: int, feature: int, n: int = 8) -> pd.DataFrame:
+        """The feature's ``n`` top training prompts with per-token values
+        (:func:`~circuitlasso.circuits.interpret.top_prompts`)."""
+        Z = self._features(layer)
+        return interpret.top_prompts(
+            self.model, self.saes[layer], int(feature), self.prompts, Z, n=n
+        )
+
+    def root_prompts(
+        self, label_fit: LabelFit, circuit: nx.DiGraph, roots: int = 2, n: int = 6
+    ) -> list[pd.DataFrame]:
+        """:meth:`top_prompts` of the circuit's ``roots`` most important roots, each table's index
+        named after its feature and the feature's readout coefficient ``A_{L,y}``."""
+        return [
+            self.top_prompts(label_fit.layer, feature, n).rename_axis(
+                f"z{label_fit.layer}.{feature}  (A_L,y = {label_fit.coef[feature]:+.3f})"
+            )
+            for feature in tr.root_features(circuit)[:roots]
+        ]
+
+    def perturb_top_prompt(
+        self, layer: int, feature: int, circuit: nx.DiGraph, alternatives: int = 4
+    ) -> pd.DataFrame:
+        """The single-prompt test (:func:`~circuitlasso.circuits.interpret.perturb`): the
+        feature's top training prompt with its most active token replaced by each of the
+        ``alternatives`` tokens that are top tokens of the most nodes of ``circuit``."""
+        top = self.top_prompts(layer, feature, n=1)
+        if top.empty:
+            raise ValueError(f"feature {feature} of layer {layer} is never active")
+        position = int(np.argmax(top["per_token"].iloc[0]))
+        pool = Counter(
+            word
+            for _, data in circuit.nodes(data=True)
+            for word in self.top_tokens(data["layer"], data["feature"])
+        )
+        words = [w for w, _ in pool.most_common() if w != top["top_token"].iloc[0]]
+        column = np.asarray(self._features(layer)[:, feature].toarray()).ravel()
+        sentence = self.prompts[int(np.argmax(column))]
+        return interpret.perturb(
+            self.model, self.saes[layer], int(feature), sentence, position, words[:alternatives]
+        )
+
+
+def feature_activity(Z: Mapping[int, Features], min_prompts: int) -> pd.DataFrame:
+    """Per layer of ``Z`` (``{layer: (M, D)}``): ``D``, the mean number of active features per
+    prompt (rounded to 0.1), the features never active, and those active on at least
+    ``min_prompts`` prompts."""
+    rows = {}
+    for layer in sorted(Z):
+        M, D = Z[layer].shape
+        rows[layer] = {
+            "D": D,
+            "active features per sentence": round(Z[layer].nnz / M, 1),
+            "features never active": D - len(frequent_features(Z[layer], 1)),
+            f"features active on >= {min_prompts} sentences": len(
+                frequent_features(Z[layer], min_prompts)
+            ),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("layer")
+
+
+def run_summary(
+    label_fit: LabelFit,
+    ablation: pd.DataFrame,
+    circuit: nx.DiGraph,
+    violations: Mapping[str, bool] | None = None,
+) -> dict[str, Any]:
+    """The JSON summary of a feature-circuit run: the label regression's ``lam`` and nonzero
+    coefficients, per ``lam`` of the ablation (:func:`~circuitlasso.circuits.features.lam_ablation`)
+    its train loss, nonzero count and validation and test accuracy, the circuit's node and edge
+    counts with its edges by type, and, when given, which planted violations it reaches."""
+    missing = [c for c in ("lam", *ABLATION_COLUMNS) if c not in ablation.columns]
+    if missing:
+        raise ValueError(f"the ablation table lacks columns {missing}")
+    types = Counter(t for _, _, t in circuit.edges(data="type") if t is not None)
+    summary: dict[str, Any] = {
+        "lam": label_fit.lam,
+        "label_nonzero": int(np.count_nonzero(label_fit.coef)),
+        "lam_ablation": {
+            f"{row['lam']:g}": {column: row[column] for column in ABLATION_COLUMNS}
+            for row in ablation.to_dict("records")
+        },
+        "circuit": {
+            "nodes": circuit.number_of_nodes(),
+            "edges": circuit.number_of_edges(),
+            **{str(t): n for t, n in types.most_common()},
+        },
+    }
+    if violations is not None:
+        summary["violation_categories_reached"] = {str(v): bool(r) for v, r in violations.items()}
+    return summary

@@ -1,0 +1,398 @@
+"""The faithfulness experiment (paper App. C.5, Fig. 4): its evaluation sets, the rankings it
+compares, the sweeps over circuit sizes, and the tables, curve points and summary it reports.
+
+Everything is measured with :mod:`circuitlasso.evaluation.ablate` (node ablation in the model,
+edge ablation in the linear surrogate, the attribution baseline); this module chooses what is
+compared and how it is tabulated.
+
+- Sentences: a class-balanced evaluation set of test sentences and a reference set of training
+  sentences for the ablation means (:func:`evaluation_sentences`).
+- Runtime: a first run's feature collection (:func:`fresh_features`, an empty temporary cache)
+  and named consecutive stages (:class:`Stopwatch`).
+- Node rankings (:func:`node_rankings`): CircuitLasso's, the features of a traced circuit's
+  surrogate by their effect on the readout (:func:`trace_surrogate`); the attribution
+  baseline's, every feature by ``|IG score|`` (:func:`attribution_baseline`); and a seeded random
+  order of every feature. Edge rankings (:func:`edge_rankings`): the surrogate's and a random one.
+- Sweeps (:func:`node_sweep`, :func:`edge_sweep`): faithfulness and completeness of the top
+  ``n`` of each ranking for ``n`` in :func:`sweep_sizes`, one table with a column ``method``
+  (columns ``n, faithfulness, completeness, m_circuit, m_complement, m_full, m_empty, method``).
+- Reports: :func:`curve_table`, :func:`runtime_table`, :func:`write_curves`, :func:`size_for`,
+  :func:`curve_points` and the section's :func:`summary`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+from sae_lens import SAE
+from transformer_lens import HookedTransformer
+
+from circuitlasso.cache import atomic_path
+from circuitlasso.circuits.features import LabelFit
+from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.graph import Edge
+from circuitlasso.evaluation.ablate import (
+    Node,
+    Surrogate,
+    attribution_scores,
+    edge_ablation_sweep,
+    feature_means,
+    node_ablation_sweep,
+    random_ranking,
+    rank_features,
+)
+
+CURVE_POINTS = (4, 64, 1024, 4096, 8192)  # circuit sizes the summary reports
+
+
+# ---------------------------------------------------------------- sentences and runtime
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """``prompts: (n,)`` evaluation sentences with ``labels: (n,)`` in {0, 1}, and the
+    ``reference`` sentences the ablation means are taken over."""
+
+    prompts: list[str]
+    labels: list[int]
+    reference: list[str]
+
+    def __str__(self) -> str:
+        return (
+            f"{len(self.prompts)} evaluation sentences ({len(self.prompts) // 2} per class), "
+            f"means over {len(self.reference)} training sentences"
+        )
+
+
+def evaluation_sentences(
+    train: pd.DataFrame, test: pd.DataFrame, n_per_class: int, n_reference: int, seed: int
+) -> Sentences:
+    """``n_per_class`` seeded samples of each class of ``test`` (label 0 first) and
+    ``min(n_reference, len(train))`` seeded samples of ``train``; both frames have columns
+    ``sentence`` and ``label`` (0 or 1)."""
+    for name, frame in (("train", train), ("test", test)):
+        missing = sorted({"sentence", "label"} - set(frame.columns))
+        if missing:
+            raise ValueError(f"the {name} frame lacks columns {missing}")
+    counts = test["label"].value_counts()
+    short = [label for label in (0, 1) if counts.get(label, 0) < n_per_class]
+    if short:
+        raise ValueError(f"test has fewer than {n_per_class} sentences of label(s) {short}")
+    chosen = pd.concat(
+        [test[test["label"] == label].sample(n=n_per_class, random_state=seed) for label in (0, 1)]
+    )
+    reference = train["sentence"].sample(n=min(n_reference, len(train)), random_state=seed)
+    labels = chosen["label"].astype(int).tolist()
+    return Sentences(chosen["sentence"].tolist(), labels, reference.tolist())
+
+
+class Stopwatch:
+    """Wall-clock seconds of consecutive named stages: :meth:`lap` closes the stage that ran since
+    the previous lap (or since the stopwatch was made); ``laps`` maps names to seconds."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> float:
+        """Close the running stage as ``name``; return its seconds."""
+        if name in self.laps:
+            raise ValueError(f"stage {name!r} was already timed")
+        now = time.perf_counter()
+        self.laps[name], self._last = now - self._last, now
+        return self.laps[name]
+
+    @property
+    def total(self) -> float:
+        """Seconds of every closed stage together."""
+        return sum(self.laps.values())
+
+
+def fresh_features(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    prompts: Sequence[str],
+    *,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> dict[int, sp.csr_matrix]:
+    """:func:`~circuitlasso.collect.collect_sae_features` (``{layer: (M, D)}``) into an empty
+    temporary cache, removed afterwards: the work and time of a first run."""
+    with tempfile.TemporaryDirectory() as fresh:
+        return collect_sae_features(
+            model,
+            dict(saes),
+            list(prompts),
+            batch_size=batch_size,
+            cache_dir=fresh,
+            progress=progress,
+        )
+
+
+# ---------------------------------------------------------------- rankings
+
+
+@dataclass(frozen=True)
+class TracedSurrogate:
+    """A traced ``circuit`` (see :func:`~circuitlasso.circuits.trace.trace_circuit`), its linear
+    ``surrogate`` and the surrogate's node ``ranking`` (largest effect on the readout first)."""
+
+    circuit: nx.DiGraph
+    surrogate: Surrogate
+    ranking: list[Node]
+
+    def __str__(self) -> str:
+        return (
+            f"circuit: {self.circuit.number_of_nodes()} nodes, {self.circuit.number_of_edges()} "
+            f"edges; surrogate: {len(self.ranking)} ranked features, "
+            f"{len(self.surrogate.edges())} edges"
+        )
+
+    def by_layer(self) -> pd.DataFrame:
+        """``(1, layers)``: how many ranked features each layer has."""
+        layers = pd.Series([layer for layer, _ in self.ranking], name="layer", dtype=int)
+        return layers.value_counts().sort_index().rename("ranked features").to_frame().T
+
+
+def trace_surrogate(
+    label_fit: LabelFit,
+    regressions: LayerRegressions,
+    labels: Sequence[int],
+    *,
+    roots: int | None = None,
+    k: int = 4,
+) -> TracedSurrogate:
+    """Trace the circuit from ``roots`` last-layer features (None: every feature the readout uses)
+    keeping ``k`` parents per node, scores weighted by each feature's standard deviation; its
+    surrogate, with the metric signed by the training ``labels: (M,)``; the surrogate's
+    node ranking."""
+    roots = int(np.count_nonzero(label_fit.coef)) if roots is None else roots
+    if roots < 1:
+        raise ValueError("nothing to trace: the label fit uses no feature and roots is not given")
+    circuit = trace_circuit(label_fit, regressions, roots=roots, k=k, standardized=True)
+    surrogate = Surrogate.from_circuit(circuit, regressions, label_fit, labels)
+    return TracedSurrogate(circuit, surrogate, surrogate.rank_nodes())
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The attribution baseline: feature ``means`` ``{layer: (D,)}`` over the reference sentences,
+    IG ``scores`` ``{layer: (D,)}`` on the evaluation sentences, and the ``seconds`` both took."""
+
+    means: dict[int, torch.Tensor]
+    scores: dict[int, np.ndarray]
+    seconds: float
+
+
+def attribution_baseline(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    label_fit: LabelFit,
+    sentences: Sentences,
+    *,
+    steps: int = 10,
+    batch_size: int = 64,
+) -> Baseline:
+    """:func:`~circuitlasso.evaluation.ablate.feature_means` over ``sentences.reference``, then
+    :func:`~circuitlasso.evaluation.ablate.attribution_scores` (``steps`` IG steps, metric signed
+    by the labels) on ``sentences.prompts``, timed together."""
+    start = time.perf_counter()
+    means = feature_means(model, saes, sentences.reference, batch_size=batch_size)
+    attribution = attribution_scores(
+        model,
+        saes,
+        label_fit,
+        sentences.prompts,
+        means,
+        labels=sentences.labels,
+        steps=steps,
+        batch_size=batch_size,
+    )
+    return Baseline(means, attribution.scores, time.perf_counter() - start)
+
+
+def node_rankings(
+    traced: TracedSurrogate, baseline: Baseline, saes: Mapping[int, SAE], seed: int
+) -> dict[str, list[Node]]:
+    """The node rankings compared: ``CircuitLasso`` (the surrogate's), ``IG attribution`` (nonzero
+    scores by ``|score|``) and ``random`` (every feature of ``saes``, seeded)."""
+    everything = [(layer, f) for layer, sae in saes.items() for f in range(sae.cfg.d_sae)]
+    return {
+        "CircuitLasso": traced.ranking,
+        "IG attribution": rank_features(baseline.scores),
+        "random": random_ranking(everything, seed),
+    }
+
+
+def edge_rankings(surrogate: Surrogate, seed: int) -> dict[str, list[Edge]]:
+    """The edge rankings compared: ``CircuitLasso`` (by share of the child's effect) and
+    ``random`` (seeded); the attribution baseline has no edges."""
+    return {
+        "CircuitLasso": surrogate.rank_edges(),
+        "random": random_ranking(surrogate.edges(), seed),
+    }
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+def sweep_sizes(limit: int, sizes: Sequence[int] | None = None) -> list[int]:
+    """Circuit sizes to sweep for a ranking of ``limit`` items: the given ``sizes`` up to
+    ``limit`` (None: the powers of two up to it), and ``limit`` itself, ascending."""
+    if limit < 1:
+        raise ValueError(f"nothing to sweep: the ranking has {limit} items")
+    if sizes is None:
+        sizes = [2**i for i in range(limit.bit_length())]
+    return sorted({int(n) for n in sizes if n <= limit} | {limit})
+
+
+def node_sweep(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    label_fit: LabelFit,
+    sentences: Sentences,
+    rankings: Mapping[str, Sequence[Node]],
+    means: Mapping[int, torch.Tensor],
+    *,
+    sizes: Sequence[int] | None = None,
+    batch_size: int = 64,
+) -> pd.DataFrame:
+    """:func:`~circuitlasso.evaluation.ablate.node_ablation_sweep` of each ranking on the
+    evaluation sentences (metric signed by their labels) at :func:`sweep_sizes`, stacked with a
+    column ``method``."""
+    return pd.concat(
+        [
+            node_ablation_sweep(
+                model,
+                saes,
+                label_fit,
+                sentences.prompts,
+                ranking,
+                sweep_sizes(len(ranking), sizes),
+                means,
+                labels=sentences.labels,
+                batch_size=batch_size,
+            ).assign(method=method)
+            for method, ranking in rankings.items()
+        ],
+        ignore_index=True,
+    )
+
+
+def edge_sweep(
+    surrogate: Surrogate,
+    rankings: Mapping[str, Sequence[Edge]],
+    sizes: Sequence[int] | None = None,
+) -> pd.DataFrame:
+    """:func:`~circuitlasso.evaluation.ablate.edge_ablation_sweep` of each ranking at
+    :func:`sweep_sizes`, stacked with a column ``method``."""
+    return pd.concat(
+        [
+            edge_ablation_sweep(surrogate, ranking, sweep_sizes(len(ranking), sizes)).assign(
+                method=method
+            )
+            for method, ranking in rankings.items()
+        ],
+        ignore_index=True,
+    )
+
+
+# ---------------------------------------------------------------- reports
+
+
+def curve_table(sweep: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
+    """``(sizes, 2 * methods)``: faithfulness and completeness of a sweep, one row per ``n``, one
+    column per (quantity, method), rounded (and no signed zeros)."""
+    table = sweep.pivot(index="n", columns="method", values=["faithfulness", "completeness"])
+    return table.round(decimals) + 0.0
+
+
+def method_seconds(clock: Stopwatch, baseline: Baseline) -> dict[str, float]:
+    """Each ranking method's seconds: ``CircuitLasso`` every stage of the ``clock``, ``IG
+    attribution`` the ``baseline``'s (the random ranking costs nothing)."""
+    return {"CircuitLasso": clock.total, "IG attribution": baseline.seconds}
+
+
+def runtime_table(clock: Stopwatch, baseline: Baseline) -> pd.DataFrame:
+    """One column ``seconds``, to 0.1 s: CircuitLasso's stages (the ``clock``'s laps, named
+    ``CircuitLasso: <stage>``), then the methods of :func:`method_seconds`."""
+    stages = {f"CircuitLasso: {stage}": s for stage, s in clock.laps.items()}
+    times = {**stages, **method_seconds(clock, baseline)}
+    return pd.Series(times, name="seconds").round(1).to_frame()
+
+
+def write_curves(node: pd.DataFrame, edge: pd.DataFrame, path: str | Path) -> None:
+    """Write both sweeps to one CSV, rows marked by a column ``ablation`` (``node`` or
+    ``edge``); the file appears complete or not at all."""
+    curves = pd.concat([node.assign(ablation="node"), edge.assign(ablation="edge")])
+    with atomic_path(path) as tmp:
+        curves.to_csv(tmp, index=False)
+
+
+def size_for(sweep: pd.DataFrame, method: str, target: float) -> int | None:
+    """The smallest swept size at which ``method`` reaches faithfulness ``target``; None if none
+    does."""
+    reached = sweep[(sweep["method"] == method) & (sweep["faithfulness"] >= target)]
+    return int(reached["n"].min()) if len(reached) else None
+
+
+def curve_points(
+    sweep: pd.DataFrame, column: str, points: Sequence[int] = CURVE_POINTS
+) -> dict[str, dict[str, float]]:
+    """Per method (sorted by name), ``column`` at the swept sizes among ``points``, to 4 decimals,
+    keyed by the size as a string."""
+    return {
+        method: {str(n): v for n, v in zip(t["n"], t[column].round(4), strict=True) if n in points}
+        for method, t in sweep.groupby("method")
+    }
+
+
+def summary(
+    traced: TracedSurrogate,
+    node: pd.DataFrame,
+    edge: pd.DataFrame,
+    clock: Stopwatch,
+    baseline: Baseline,
+    target: float,
+) -> dict[str, Any]:
+    """The section's summary: circuit and surrogate sizes, ranked features per layer, ``m(M)``
+    and ``m(empty)``, each method's smallest size reaching faithfulness ``target``, the curves at
+    :data:`CURVE_POINTS` and each method's seconds (:func:`method_seconds`, to 0.01 s)."""
+
+    def smallest(sweep: pd.DataFrame) -> dict[str, int | None]:
+        return {m: size_for(sweep, m, target) for m in dict.fromkeys(sweep["method"])}
+
+    by_layer = Counter(layer for layer, _ in traced.ranking)
+    return {
+        "circuit": {
+            "nodes": traced.circuit.number_of_nodes(),
+            "edges": traced.circuit.number_of_edges(),
+        },
+        "surrogate": {
+            "ranked_features": len(traced.ranking),
+            "edges": len(traced.surrogate.edges()),
+        },
+        "ranked_features_by_layer": {str(layer): n for layer, n in by_layer.items()},
+        "m_full": node["m_full"].iloc[0],
+        "m_empty": node["m_empty"].iloc[0],
+        f"features_for_faithfulness_{target:g}": smallest(node),
+        f"edges_for_faithfulness_{target:g}": smallest(edge),
+        **{
+            f"{kind}_{column}": curve_points(sweep, column)
+            for kind, sweep in (("node", node), ("edge", edge))
+            for column in ("faithfulness", "completeness")
+        },
+        "seconds": {m: round(s, 2) for m, s in method_seconds(clock, baseline).items()},
+    }

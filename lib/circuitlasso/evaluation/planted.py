@@ -1,0 +1,147 @@
+"""A traced SAE-feature circuit checked against the toy world's planted ground truth.
+
+Each unacceptable toy-cola sentence breaks one rule at a word of a known planted category
+(:data:`~circuitlasso.data.toyworld.grammar.VIOLATION_CATEGORIES`: a misplaced reflexive, a verb
+that does not agree, a wrong or missing final punctuation mark, a determiner without its noun).
+A feature *is* a planted category when at least half of its top tokens belong to it
+(:func:`~circuitlasso.data.toyworld.datasets.dominant_category`); top tokens come from the
+study (:meth:`~circuitlasso.circuits.study.FeatureStudy.top_tokens`).
+
+- :func:`categories_by_layer` and :func:`violations_reached`: the planted categories a circuit's
+  nodes are, per layer, and which violations' categories are among them.
+- :func:`ranking_comparison`: the same check within the last layers, for circuits traced by
+  ``|A| * std(z)`` and by ``|A|`` alone.
+- :func:`violation_diagnosis`: per kind of unacceptable test sentence, how often the readout
+  rejects it, where the violation's category first comes in the readout's ranking, and which
+  features actually reject these sentences.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from circuitlasso.circuits import trace as tr
+from circuitlasso.circuits.features import Features, LabelFit
+from circuitlasso.circuits.study import FeatureStudy
+from circuitlasso.data.toyworld.datasets import dominant_category
+from circuitlasso.data.toyworld.grammar import VIOLATION_CATEGORIES
+
+RANKINGS = {True: "|A| * std(z)", False: "|A| (paper)"}  # trace_circuit's standardized
+
+
+def _categories(study: FeatureStudy, circuit: nx.DiGraph, layers: set[int] | None = None) -> dict:
+    """Node name -> its planted category (or None), for the nodes on ``layers`` (None: all)."""
+    return {
+        node: dominant_category(study.top_tokens(data["layer"], data["feature"]))
+        for node, data in circuit.nodes(data=True)
+        if layers is None or data["layer"] in layers
+    }
+
+
+def _reached(categories: set[str | None]) -> dict[str, bool]:
+    return {violation: c in categories for violation, c in VIOLATION_CATEGORIES.items()}
+
+
+REACHED = "violation categories in the circuit"
+
+
+def categories_by_layer(study: FeatureStudy, circuit: nx.DiGraph) -> pd.DataFrame:
+    """Per layer of ``circuit`` with at least one categorized node, from the last down: the
+    planted categories its nodes are (column ``planted categories reached``, sorted, joined)."""
+    found: dict[int, set[str]] = {}
+    for node, category in _categories(study, circuit).items():
+        if category is not None:
+            found.setdefault(circuit.nodes[node]["layer"], set()).add(category)
+    table = pd.DataFrame(
+        {"planted categories reached": {layer: ", ".join(sorted(c)) for layer, c in found.items()}}
+    )
+    return table.rename_axis("layer").sort_index(ascending=False)
+
+
+def violations_reached(study: FeatureStudy, circuit: nx.DiGraph) -> pd.Series:
+    """Per violation (index), whether its planted category is the category of a node of
+    ``circuit`` (bool; the series is named ``violation categories in the circuit``)."""
+    return pd.Series(_reached(set(_categories(study, circuit).values())), name=REACHED)
+
+
+def ranking_comparison(
+    study: FeatureStudy,
+    label_fit: LabelFit,
+    regressions: tr.LayerRegressions,
+    *,
+    roots: int = 5,
+    k: int = 2,
+    top_layers: int = 2,
+) -> pd.DataFrame:
+    """:func:`violations_reached` within the ``top_layers`` last layers of the circuits traced
+    (:func:`~circuitlasso.circuits.trace.trace_circuit`, ``roots`` and ``k``) with standardized
+    and with plain scores: one row per ranking (index ``ranking``), one column per violation."""
+    if top_layers < 1:
+        raise ValueError(f"top_layers must be >= 1, got {top_layers}")
+    late = set(regressions.layers[-top_layers:])
+    rows = {}
+    for standardized, name in RANKINGS.items():
+        circuit = tr.trace_circuit(label_fit, regressions, roots=roots, k=k,
+                                   standardized=standardized)  # fmt: skip
+        rows[name] = _reached(set(_categories(study, circuit, late).values()))
+    return pd.DataFrame(rows).T.rename_axis("ranking")
+
+
+def _mean(Z: Features, rows: np.ndarray) -> np.ndarray:
+    return np.asarray(Z[rows].mean(0)).ravel()
+
+
+def violation_diagnosis(
+    study: FeatureStudy,
+    label_fit: LabelFit,
+    *,
+    standardized: bool = True,
+    search: int = 100,
+    shown: int = 3,
+) -> pd.DataFrame:
+    """Per violation (index), on the study's test sentences of that kind (``violation`` column):
+    their number; the share the readout ``A_{L,y}`` classifies correctly; the violation's planted
+    category and the first rank of a feature of that category among the ``search`` most important
+    last-layer features (``|A| * std(z)`` over the training prompts if ``standardized``, else
+    ``|A|``; None if none); and the ``shown`` features that reject these sentences most, the most
+    negative entries of ``A_{L,y} * (mean z of the violation's sentences - mean z of the
+    acceptable ones)``, each as ``feature (#rank): top tokens``."""
+    if "violation" not in study.test.columns:
+        raise ValueError("the test data have no 'violation' column: no planted violations to check")
+    layer = label_fit.layer
+    Z, Z_test = study.Z[layer], study.Z_test[layer]
+    weights = tr.feature_std(Z) if standardized else None
+    order = np.argsort(-tr.label_importance(label_fit, weights), kind="stable")
+    rank = {int(f): r + 1 for r, f in enumerate(order)}
+    correct = (label_fit.predict_proba(Z_test) > 0.5) == (study.y_test == 1)
+    kinds = study.test["violation"].to_numpy()
+    acceptable = _mean(Z_test, kinds == "none")
+
+    def described(feature: int) -> str:
+        words = ", ".join(w for w, _ in study.top_tokens(layer, feature).most_common(3))
+        return f"{feature} (#{rank[feature]}): {words}"
+
+    rows = []
+    for violation, category in VIOLATION_CATEGORIES.items():
+        chosen = kinds == violation
+        first = next(
+            (r + 1 for r, f in enumerate(order[:search])
+             if dominant_category(study.top_tokens(layer, int(f))) == category),
+            None,
+        )  # fmt: skip
+        shift = label_fit.coef * (_mean(Z_test, chosen) - acceptable)
+        rows.append(
+            {
+                "violation": violation,
+                "test sentences": int(chosen.sum()),
+                "readout accuracy": round(float(correct[chosen].mean()), 3),
+                "planted category": category,
+                "first rank of the category": first,
+                "features rejecting these sentences": " | ".join(
+                    described(int(f)) for f in np.argsort(shift, kind="stable")[:shown]
+                ),
+            }
+        )
+    return pd.DataFrame(rows).set_index("violation")

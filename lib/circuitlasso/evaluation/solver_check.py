@@ -1,0 +1,112 @@
+"""The certified Lasso checked against scikit-learn's coordinate descent.
+
+:func:`planted_problem` draws a dense problem whose outputs depend on a few predictors;
+:func:`compare_with_sklearn` solves it with :func:`circuitlasso.solve.lasso` (the plain Lasso,
+float64, each output's duality gap below ``tol`` times its variance) and with scikit-learn's
+``Lasso`` at a tighter tolerance, at one penalty for every output: ``lam_ratio`` times the
+smallest penalty that zeroes every output. Both solutions are scored by :func:`lasso_objective`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.linear_model import Lasso
+
+from circuitlasso.solve import lam_max, lasso
+
+SKLEARN_TOL = 1e-12  # scikit-learn's tolerance: the reference is solved tighter than ours
+OBJECTIVE_AGREEMENT = 1e-12  # relative objective difference counted as the same optimum
+
+
+def planted_problem(
+    seed: int = 0,
+    M: int = 400,
+    p: int = 60,
+    outputs: int = 8,
+    informative: int = 5,
+    noise: float = 0.5,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``X: (M, p)`` standard normal and ``Y: (M, outputs)``, each output a random linear function
+    of the first ``informative`` predictors plus ``noise`` times standard normal noise."""
+    if not 1 <= informative <= p:
+        raise ValueError(f"need 1 <= informative <= p, got informative={informative}, p={p}")
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((M, p))
+    weights = rng.standard_normal((informative, outputs))
+    Y = X[:, :informative] @ weights + noise * rng.standard_normal((M, outputs))
+    return X, Y
+
+
+def lasso_objective(X, Y: np.ndarray, coef: np.ndarray, lam: float) -> np.ndarray:
+    """``1/(2M) ||Y - X coef||^2 + lam ||coef||_1`` per output: ``(d,)`` for ``Y: (M, d)`` and
+    ``coef: (p, d)``, a scalar for 1-D ``Y`` and ``coef``; ``X: (M, p)`` dense or sparse."""
+    residual = Y - X @ coef
+    return (residual**2).sum(0) / (2 * X.shape[0]) + lam * np.abs(coef).sum(0)
+
+
+@dataclass(frozen=True)
+class SklearnComparison:
+    """Per output (rows of ``table``): both objectives, the largest ``|coef|`` difference, our
+    duality gap and support size; the penalty ``lam`` and our tolerance ``tol``."""
+
+    table: pd.DataFrame
+    lam: float
+    tol: float
+    relative_gap: np.ndarray  # (d,) our duality gap / the output's variance
+    same_support: bool
+
+    @property
+    def max_rel_objective_diff(self) -> float:
+        """The largest ``|ours / sklearn - 1|`` of the objectives."""
+        ratio = self.table["objective (ours)"] / self.table["objective (sklearn)"]
+        return float(np.max(np.abs(ratio - 1)))
+
+    @property
+    def support_sizes(self) -> list[int]:
+        """Our number of nonzero coefficients per output."""
+        return [int(n) for n in self.table["support"]]
+
+    def __str__(self) -> str:
+        below = self.max_rel_objective_diff < OBJECTIVE_AGREEMENT
+        certified = bool((self.relative_gap <= self.tol).all())
+        return (
+            f"largest relative objective difference below {OBJECTIVE_AGREEMENT:g}: {below}\n"
+            f"every duality gap below tol times the output's variance: {certified}\n"
+            f"same supports as scikit-learn: {self.same_support}"
+        )
+
+
+def compare_with_sklearn(
+    X: np.ndarray, Y: np.ndarray, lam_ratio: float = 0.1, tol: float = 1e-10
+) -> SklearnComparison:
+    """Solve the plain Lasso of ``Y: (M, d)`` on ``X: (M, p)`` without intercept by
+    :func:`~circuitlasso.solve.lasso` and by scikit-learn, at ``lam_ratio`` times the largest
+    ``lam_max`` of the outputs, and compare the two."""
+    if np.ndim(Y) != 2:
+        raise ValueError(f"Y must be (M, d), got shape {np.shape(Y)}")
+    if not 0 < lam_ratio < 1:
+        raise ValueError(f"lam_ratio must be in (0, 1), got {lam_ratio}")
+    lam = lam_ratio * float(lam_max(X, Y, normalize=False).max())
+    ours = lasso(X, Y, lam, normalize=False, dtype=torch.float64, tol=tol)
+    reference = Lasso(alpha=lam, fit_intercept=False, tol=SKLEARN_TOL, max_iter=100_000).fit(X, Y)
+    ref_coef, coef = reference.coef_.T, ours.coef.numpy()
+    table = pd.DataFrame(
+        {
+            "objective (ours)": ours.objective.numpy(),
+            "objective (sklearn)": lasso_objective(X, Y, ref_coef, lam),
+            "max |coef diff|": np.abs(coef - ref_coef).max(0),
+            "duality gap": ours.gap.numpy(),
+            "support": ours.support_size.numpy(),
+        }
+    )
+    return SklearnComparison(
+        table=table,
+        lam=lam,
+        tol=tol,
+        relative_gap=ours.gap.numpy() / Y.var(0),
+        same_support=bool(((ref_coef != 0) == (coef != 0)).all()),
+    )

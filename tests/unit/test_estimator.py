@@ -1,0 +1,99 @@
+"""``CircuitLasso`` on planted three-layer features, for each target kind: its penalty against
+``lam_max`` written out here, its predictions against the softmax/sigmoid of its own readout
+computed by hand, and the traced roots against the planted features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from circuitlasso.estimator import CircuitLasso
+
+M, D = 400, 12
+PLANTED = [1, 4]  # features of the last layer that carry the target
+
+
+@pytest.fixture(scope="module")
+def layers() -> dict[int, sp.csr_matrix]:
+    """Features of layers 0, 1, 2: sparse nonnegative, each layer's feature k driven by the layer
+    below's feature k (and k + 1), plus noise."""
+    rng = np.random.default_rng(21)
+
+    def sparse_nonneg(rows: int, cols: int) -> np.ndarray:
+        return np.where(rng.random((rows, cols)) < 0.4, rng.exponential(1.0, (rows, cols)), 0.0)
+
+    Z0 = sparse_nonneg(M, D)
+    Z1 = np.maximum(Z0 + 0.5 * np.roll(Z0, -1, axis=1) + 0.1 * rng.standard_normal((M, D)), 0)
+    Z2 = np.maximum(Z1 + 0.1 * rng.standard_normal((M, D)), 0)
+    return {0: sp.csr_matrix(Z0), 1: sp.csr_matrix(Z1), 2: sp.csr_matrix(Z2)}
+
+
+def standardized_lam_max(Z: np.ndarray, theta: np.ndarray) -> float:
+    """max_k |x~_k^T theta_j| / M over features k and columns j, x~_k centered unit-norm."""
+    centered = Z - Z.mean(0)
+    unit = centered / np.linalg.norm(centered, axis=0)
+    return float(np.abs(unit.T @ theta.reshape(len(Z), -1)).max() / len(Z))
+
+
+def roots(estimator: CircuitLasso) -> set[int]:
+    return {d["feature"] for _, d in estimator.circuit_.nodes(data=True) if d["layer"] == 2}
+
+
+def test_binary_target(layers) -> None:
+    Z2 = layers[2].toarray()
+    signal = 2 * Z2[:, 1] - 2 * Z2[:, 4]
+    y = (signal > np.median(signal)).astype(int)
+    estimator = CircuitLasso(0.1, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    assert estimator.lam_ == pytest.approx(0.1 * standardized_lam_max(Z2, y - y.mean()))
+    np.testing.assert_array_equal(estimator.classes_, [0, 1])
+    assert estimator.coef_.shape == (D,)
+    p = 1 / (1 + np.exp(-(Z2 @ estimator.coef_ + estimator.intercept_)))
+    proba = estimator.predict_proba(layers)
+    assert proba.shape == (M, 2)
+    np.testing.assert_allclose(proba, np.column_stack([1 - p, p]), rtol=1e-12)
+    np.testing.assert_array_equal(estimator.predict(layers), (p > 0.5).astype(int))
+    assert np.mean(estimator.predict(layers) == y) > 0.9
+    assert roots(estimator) == set(PLANTED)
+
+
+def test_multiclass_target(layers) -> None:
+    Z2 = layers[2].toarray()
+    scores = np.column_stack([2 * Z2[:, 1], 2 * Z2[:, 4], np.full(M, 1.5)])
+    names = np.array(["high 1", "high 4", "neither"])
+    y = names[scores.argmax(1)]
+    estimator = CircuitLasso(0.1, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    onehot = (y[:, None] == names).astype(float)
+    theta = onehot - onehot.mean(0)
+    assert estimator.lam_ == pytest.approx(0.1 * standardized_lam_max(Z2, theta))
+    np.testing.assert_array_equal(estimator.classes_, names)
+    assert estimator.coef_.shape == (D, 3) and estimator.intercept_.shape == (3,)
+    logits = Z2 @ estimator.coef_ + estimator.intercept_
+    expected = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    np.testing.assert_allclose(estimator.predict_proba(layers), expected, rtol=1e-10)
+    np.testing.assert_array_equal(estimator.predict(layers), names[expected.argmax(1)])
+    assert np.mean(estimator.predict(layers) == y) > 0.9
+    # the readout's importance sums |A| over the classes: the planted features lead
+    assert roots(estimator) == set(PLANTED)
+
+
+def test_regression_target(layers) -> None:
+    Z2 = layers[2].toarray()
+    rng = np.random.default_rng(22)
+    y = 2 * Z2[:, 1] - 1.5 * Z2[:, 4] + 0.1 * rng.standard_normal(M)
+    estimator = CircuitLasso(0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    assert estimator.lam_ == pytest.approx(0.05 * standardized_lam_max(Z2, y - y.mean()))
+    predicted = estimator.predict(layers)
+    np.testing.assert_allclose(predicted, Z2 @ estimator.coef_ + estimator.intercept_)
+    assert 1 - np.sum((y - predicted) ** 2) / np.sum((y - y.mean()) ** 2) > 0.9
+    assert roots(estimator) == set(PLANTED)
+    assert not hasattr(estimator, "classes_")
+    with pytest.raises(AttributeError, match="no predict_proba"):
+        estimator.predict_proba(layers)
+    # integer-valued targets are read as classes unless the kind is given
+    counts = np.round(np.abs(y) * 2)
+    assert CircuitLasso(0.05, kind="regression", min_prompts=1).fit(
+        layers, counts
+    ).label_fit_.kind == ("regression")
+    with pytest.raises(ValueError, match="exactly two values"):
+        CircuitLasso(kind="binary", min_prompts=1).fit(layers, counts)

@@ -1,0 +1,353 @@
+"""The faithfulness experiment's choices and reports against independent references.
+
+References: hand computations on small frames, a fake clock, the collector with its own cache,
+the ablation functions of :mod:`circuitlasso.evaluation.ablate` called one ranking at a time as
+the section used to call them, the label fit's own nonzero coefficients (the roots of the
+trace), and a surrogate built by hand from two layer-pair fits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import torch
+from sae_lens import SAE
+from sklearn.linear_model import LogisticRegression
+from transformer_lens import HookedTransformer
+
+from circuitlasso import cache
+from circuitlasso.circuits.features import LabelFit, LayerPairFit
+from circuitlasso.circuits.trace import LayerRegressions
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.data.toyworld.datasets import load_toy_cola
+from circuitlasso.evaluation import faithfulness as fa
+from circuitlasso.evaluation.ablate import (
+    Surrogate,
+    attribution_scores,
+    edge_ablation_sweep,
+    feature_means,
+    node_ablation_sweep,
+)
+
+torch.set_num_threads(1)
+
+LAST = 3
+
+
+def readout(Z: sp.csr_matrix, y: np.ndarray, layer: int) -> LabelFit:
+    """A sparse l1-logistic readout of ``Z`` by scikit-learn."""
+    fit = LogisticRegression(C=0.5, l1_ratio=1.0, solver="liblinear").fit(Z, y)
+    return LabelFit(layer, fit.coef_.ravel(), float(fit.intercept_[0]), 0.0, True)
+
+
+@pytest.fixture(scope="module")
+def toy() -> tuple[HookedTransformer, dict[int, SAE]]:
+    model = load_model("toy")
+    return model, load_saes("toy", range(LAST + 1), model=model)
+
+
+@pytest.fixture(scope="module")
+def sentences() -> fa.Sentences:
+    train, test = load_toy_cola("train"), load_toy_cola("test")
+    return fa.evaluation_sentences(train.iloc[:300], test, 3, 16, seed=0)
+
+
+@pytest.fixture(scope="module")
+def label_fit(toy, tmp_path_factory: pytest.TempPathFactory) -> LabelFit:
+    model, saes = toy
+    train = load_toy_cola("train").iloc[:300]
+    Z = collect_sae_features(model, {LAST: saes[LAST]}, train["sentence"].tolist(),
+                             cache_dir=tmp_path_factory.mktemp("z"), progress=False)  # fmt: skip
+    return readout(Z[LAST], train["label"].to_numpy(), LAST)
+
+
+# ---------------------------------------------------------------- sentences and runtime
+
+
+def test_evaluation_sentences_are_a_seeded_class_balanced_sample() -> None:
+    test = pd.DataFrame({"sentence": [f"s{i}" for i in range(20)], "label": [0, 1, 1, 1] * 5})
+    train = pd.DataFrame({"sentence": [f"t{i}" for i in range(6)], "label": [0, 1] * 3})
+    found = fa.evaluation_sentences(train, test, 4, 10, seed=3)
+    # the section's former inline code
+    chosen = pd.concat([test[test["label"] == y].sample(n=4, random_state=3) for y in (0, 1)])
+    assert found.prompts == chosen["sentence"].tolist()
+    assert found.labels == [0] * 4 + [1] * 4
+    assert all(test.set_index("sentence").loc[found.prompts, "label"] == found.labels)
+    assert found.reference == train["sentence"].sample(n=6, random_state=3).tolist()
+    assert sorted(found.reference) == sorted(train["sentence"])  # all 6: fewer than asked
+    assert str(found) == "8 evaluation sentences (4 per class), means over 6 training sentences"
+    assert fa.evaluation_sentences(train, test, 4, 10, seed=4).prompts != found.prompts
+    with pytest.raises(ValueError, match=r"fewer than 6 sentences of label\(s\) \[0\]"):
+        fa.evaluation_sentences(train, test, 6, 10, seed=0)
+    with pytest.raises(ValueError, match=r"the train frame lacks columns \['sentence'\]"):
+        fa.evaluation_sentences(train.rename(columns={"sentence": "text"}), test, 1, 1, seed=0)
+
+
+def test_stopwatch_times_consecutive_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter([10.0, 13.0, 20.5, 21.0])
+    monkeypatch.setattr(fa.time, "perf_counter", lambda: next(ticks))
+    clock = fa.Stopwatch()  # starts at 10
+    assert clock.lap("collect") == 3.0
+    assert clock.lap("fit") == 7.5
+    assert clock.laps == {"collect": 3.0, "fit": 7.5}
+    assert clock.total == 10.5
+    with pytest.raises(ValueError, match="stage 'fit' was already timed"):
+        clock.lap("fit")
+
+
+def test_fresh_features_are_the_collectors_and_leave_no_cache(
+    toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, saes = toy
+    default = tmp_path / "default"
+    monkeypatch.setenv(cache.CACHE_ENV, str(default))
+    prompts = load_toy_cola("test")["sentence"].tolist()[:6]
+    found = fa.fresh_features(model, {1: saes[1], LAST: saes[LAST]}, prompts, batch_size=4)
+    own = tmp_path / "own"
+    reference = collect_sae_features(model, {1: saes[1], LAST: saes[LAST]}, prompts,
+                                     batch_size=4, cache_dir=own, progress=False)  # fmt: skip
+    assert found.keys() == reference.keys()
+    for layer in found:
+        np.testing.assert_array_equal(found[layer].toarray(), reference[layer].toarray())
+    assert not default.exists() or not any(default.rglob("*"))  # nothing cached for a rerun
+
+
+# ---------------------------------------------------------------- rankings
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> tuple[dict[int, sp.csr_matrix], LabelFit, LayerRegressions, np.ndarray]:
+    """Three layers of planted sparse features, the label a function of the last one."""
+    rng = np.random.default_rng(1)
+    z0 = rng.exponential(1.0, (200, 12)) * (rng.random((200, 12)) < 0.5)
+    A1 = rng.normal(0, 1, (12, 10)) * (rng.random((12, 10)) < 0.3)
+    z1 = np.maximum(z0 @ A1 + 0.1 * rng.normal(size=(200, 10)), 0)
+    z2 = np.maximum(z1 @ rng.normal(0, 1, (10, 8)) + 0.1 * rng.normal(size=(200, 8)), 0)
+    Z = {layer: sp.csr_matrix(z) for layer, z in enumerate((z0, z1, z2))}
+    y = (z2[:, 0] > np.median(z2[:, 0])).astype(int)
+    label = readout(Z[2], y, 2)
+    return Z, label, LayerRegressions(Z, lam_ratio=0.1), y
+
+
+def test_trace_surrogate_starts_from_every_feature_the_readout_uses(synthetic) -> None:
+    Z, label, regressions, y = synthetic
+    used = {f"z2.{f}" for f in np.flatnonzero(label.coef)}
+    assert 1 < len(used) < 8  # measured: 5 of 8 features
+    traced = fa.trace_surrogate(label, regressions, y, k=2)
+    assert used <= set(traced.circuit.nodes)  # roots=None: every used feature is a root
+    assert traced.ranking == traced.surrogate.rank_nodes()
+    effects = traced.surrogate.node_effects()
+    assert [effects[n] for n in traced.ranking] == sorted(effects.values(), reverse=True)
+    # the metric is signed by the labels: the surrogate's unablated metric is p(correct) - p(wrong)
+    p = label.predict_proba(Z[2])
+    assert traced.surrogate.metric() == pytest.approx(np.mean((2 * y - 1) * (2 * p - 1)), abs=1e-9)
+    # one root, the feature of largest |A| * std(z): z2.3 (A = 1, std 2.4) before z2.2 (A = 5,
+    # std 0.05), a large coefficient on a feature that barely varies
+    std = Z[2].toarray().std(0)
+    assert std[3] > 2 and std[2] < 0.1
+    hand = LabelFit(2, np.array([0, 0, 5.0, 1.0, 0, 0, 0, 0]), 0.0, 1e-3, True)
+    one = fa.trace_surrogate(hand, regressions, y, roots=1, k=2)
+    assert [n for n, d in one.circuit.nodes(data=True) if d["layer"] == 2] == ["z2.3"]
+    # the tables read by hand
+    layers = pd.Series([layer for layer, _ in traced.ranking]).value_counts()
+    assert traced.by_layer().loc["ranked features"].to_dict() == layers.to_dict()
+    assert list(traced.by_layer().columns) == sorted(layers.index)
+    assert str(traced) == (
+        f"circuit: {traced.circuit.number_of_nodes()} nodes, {traced.circuit.number_of_edges()} "
+        f"edges; surrogate: {len(traced.ranking)} ranked features, "
+        f"{len(traced.surrogate.edges())} edges"
+    )
+    empty = LabelFit(2, np.zeros(8), 0.0, 1.0, True)
+    with pytest.raises(ValueError, match="the label fit uses no feature"):
+        fa.trace_surrogate(empty, regressions, y)
+
+
+def test_attribution_baseline_is_the_means_then_signed_integrated_gradients(
+    toy, sentences, label_fit
+) -> None:
+    model, saes = toy
+    baseline = fa.attribution_baseline(model, saes, label_fit, sentences, steps=2, batch_size=4)
+    means = feature_means(model, saes, sentences.reference, batch_size=4)
+    scores = attribution_scores(model, saes, label_fit, sentences.prompts, means,
+                                labels=sentences.labels, steps=2, batch_size=4).scores  # fmt: skip
+    for layer in saes:
+        torch.testing.assert_close(baseline.means[layer], means[layer])
+        np.testing.assert_allclose(baseline.scores[layer], scores[layer], rtol=1e-6, atol=1e-9)
+    assert baseline.seconds > 0
+
+
+def fake_saes(widths: dict[int, int]) -> dict:
+    return {layer: SimpleNamespace(cfg=SimpleNamespace(d_sae=d)) for layer, d in widths.items()}
+
+
+def test_node_rankings_compare_the_surrogate_ig_and_every_feature_at_random() -> None:
+    traced = fa.TracedSurrogate(nx.DiGraph(), None, [(1, 2), (0, 0)])  # type: ignore[arg-type]
+    scores = {0: np.array([0.0, -3.0, 1.0]), 1: np.array([2.0, 0.0, -0.5, 0.0])}
+    baseline = fa.Baseline({}, scores, 1.0)
+    rankings = fa.node_rankings(traced, baseline, fake_saes({0: 3, 1: 4}), seed=0)
+    assert list(rankings) == ["CircuitLasso", "IG attribution", "random"]
+    assert rankings["CircuitLasso"] == [(1, 2), (0, 0)]
+    assert rankings["IG attribution"] == [(0, 1), (1, 0), (0, 2), (1, 2)]  # by |score|, nonzero
+    every = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3)]
+    assert sorted(rankings["random"]) == every
+    assert (
+        rankings["random"]
+        != fa.node_rankings(traced, baseline, fake_saes({0: 3, 1: 4}), 1)["random"]
+    )
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+def test_sweep_sizes_are_powers_of_two_or_the_given_ones_and_the_whole_ranking() -> None:
+    assert fa.sweep_sizes(5) == [1, 2, 4, 5]
+    assert fa.sweep_sizes(8) == [1, 2, 4, 8]
+    assert fa.sweep_sizes(1) == [1]
+    assert fa.sweep_sizes(4460) == [2**i for i in range(13)] + [4460]
+    assert fa.sweep_sizes(5, [10, 3, 3, 0]) == [0, 3, 5]
+    with pytest.raises(ValueError, match="the ranking has 0 items"):
+        fa.sweep_sizes(0)
+
+
+def test_node_sweep_stacks_each_rankings_ablation_sweep(toy, sentences, label_fit) -> None:
+    model, saes = toy
+    means = feature_means(model, saes, sentences.reference, batch_size=4)
+    active = [(LAST, int(f)) for f in np.argsort(-np.abs(label_fit.coef))[:3]]
+    rankings = {"top": active, "other": [(1, 5), (2, 7)]}
+    found = fa.node_sweep(model, saes, label_fit, sentences, rankings, means, batch_size=4)
+    # the section's former inline code, one ranking at a time
+    for method, ranking, sizes in (
+        ("top", active, [1, 2, 3]),
+        ("other", rankings["other"], [1, 2]),
+    ):
+        expected = node_ablation_sweep(model, saes, label_fit, sentences.prompts, ranking, sizes,
+                                       means, labels=sentences.labels, batch_size=4)  # fmt: skip
+        got = found[found["method"] == method].drop(columns="method").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, expected, rtol=1e-6)
+    assert list(found["method"]) == ["top"] * 3 + ["other"] * 2
+    assert found["m_full"].iloc[0] > 0.1  # signed by the labels: the readout separates them
+
+
+def hand_fit(parent: int, child: int, coef: np.ndarray, children: list[int]) -> LayerPairFit:
+    k = len(children)
+    return LayerPairFit(parent, child, np.array(children), sp.csc_matrix(coef), np.zeros(k),
+                        np.ones(k, dtype=bool))  # fmt: skip
+
+
+@pytest.fixture
+def chain() -> Surrogate:
+    """Layers 0, 1, 2 of 4 features; fitted columns 1.{0, 2} on layer 0 and 2.{1, 3} on 1."""
+    rng = np.random.default_rng(0)
+    Z = {layer: sp.csr_matrix(rng.exponential(1.0, (20, 4)) * (rng.random((20, 4)) < 0.7))
+         for layer in range(3)}  # fmt: skip
+    A1 = np.array([[0.5, 0.0], [-1.0, 0.3], [0.0, 0.0], [0.2, 0.7]])
+    A2 = np.array([[0.4, 0.0], [0.0, -0.6], [1.1, 0.0], [0.0, 0.9]])
+    fit1, fit2 = hand_fit(0, 1, A1, [0, 2]), hand_fit(1, 2, A2, [1, 3])
+    label = LabelFit(2, np.array([0.3, -0.8, 0.5, 1.2]), -0.2, 0.0, True)
+    return Surrogate(Z, {1: {0: fit1, 2: fit1}, 2: {1: fit2, 3: fit2}}, label)
+
+
+def test_edge_rankings_and_sweep_stack_each_rankings_sweep(chain) -> None:
+    rankings = fa.edge_rankings(chain, seed=0)
+    assert list(rankings) == ["CircuitLasso", "random"]
+    assert rankings["CircuitLasso"] == chain.rank_edges()
+    assert sorted(rankings["random"]) == sorted(chain.edges())  # 9 edges
+    found = fa.edge_sweep(chain, rankings)
+    for method, ranking in rankings.items():
+        expected = edge_ablation_sweep(chain, ranking, [1, 2, 4, 8, 9])
+        got = found[found["method"] == method].drop(columns="method").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, expected)
+    chosen = fa.edge_sweep(chain, rankings, [3, 20])
+    assert list(chosen["n"]) == [3, 9, 3, 9]
+
+
+# ---------------------------------------------------------------- reports
+
+
+def sweep(method: str, n: list[int], faithfulness: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"n": n, "faithfulness": faithfulness,
+                         "completeness": [1 - f for f in faithfulness], "m_full": 0.6,
+                         "m_empty": -0.1, "method": method})  # fmt: skip
+
+
+def test_curve_table_pivots_rounds_and_has_no_signed_zeros() -> None:
+    data = pd.concat([sweep("a", [1, 2], [-0.001, 0.876]), sweep("b", [2, 8], [0.5, 1.0])])
+    table = fa.curve_table(data)
+    assert table.loc[1, ("faithfulness", "a")] == 0.0
+    assert not np.signbit(table.loc[1, ("faithfulness", "a")])
+    assert table.loc[2, ("faithfulness", "a")] == 0.88
+    assert table.loc[2, ("completeness", "b")] == 0.5
+    assert np.isnan(table.loc[8, ("faithfulness", "a")])
+    assert list(table.index) == [1, 2, 8]
+
+
+def test_runtime_table_and_method_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter([0.0, 1.04, 3.0])
+    monkeypatch.setattr(fa.time, "perf_counter", lambda: next(ticks))
+    clock = fa.Stopwatch()
+    clock.lap("collect")
+    clock.lap("fit")
+    baseline = fa.Baseline({}, {}, 12.34)
+    assert fa.method_seconds(clock, baseline) == {"CircuitLasso": 3.0, "IG attribution": 12.34}
+    table = fa.runtime_table(clock, baseline)
+    assert table["seconds"].to_dict() == {
+        "CircuitLasso: collect": 1.0, "CircuitLasso: fit": 2.0, "CircuitLasso": 3.0,
+        "IG attribution": 12.3,
+    }  # fmt: skip
+
+
+def test_write_curves_holds_both_sweeps_marked_by_ablation(tmp_path: Path) -> None:
+    node = pd.concat([sweep("a", [1, 2], [0.1, 0.9]), sweep("b", [1], [0.3])])
+    edge = sweep("a", [4], [0.7])
+    path = tmp_path / "new" / "curves.csv"
+    fa.write_curves(node, edge, path)
+    curves = pd.read_csv(path)
+    assert list(curves["ablation"]) == ["node", "node", "node", "edge"]
+    assert list(curves["faithfulness"]) == [0.1, 0.9, 0.3, 0.7]
+    assert list(curves["method"]) == ["a", "a", "b", "a"]
+    assert [p.name for p in path.parent.iterdir()] == ["curves.csv"]
+
+
+def test_size_for_and_curve_points() -> None:
+    data = pd.concat([sweep("b", [1, 4, 64, 100], [0.2, 0.81, 0.79, 1.0]),
+                      sweep("a", [4, 8192], [0.123456, 0.5])])  # fmt: skip
+    assert fa.size_for(data, "b", 0.8) == 4
+    assert fa.size_for(data, "b", 0.95) == 100
+    assert fa.size_for(data, "a", 0.8) is None
+    assert fa.curve_points(data, "faithfulness") == {
+        "a": {"4": 0.1235, "8192": 0.5}, "b": {"4": 0.81, "64": 0.79},
+    }  # fmt: skip
+    assert fa.curve_points(data, "completeness", points=(1,)) == {"a": {}, "b": {"1": 0.8}}
+
+
+def test_summary_of_a_small_experiment(chain, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = nx.DiGraph([("z0.1", "z1.0"), ("z1.0", "z2.1")])
+    traced = fa.TracedSurrogate(graph, chain, [(2, 1), (1, 0), (2, 3), (0, 1)])
+    node = pd.concat([sweep("CircuitLasso", [4, 5], [0.9, 1.0]), sweep("random", [4], [0.1])])
+    edge = sweep("CircuitLasso", [4, 9], [0.5, 1.0])
+    ticks = iter([0.0, 2.0])
+    monkeypatch.setattr(fa.time, "perf_counter", lambda: next(ticks))
+    clock = fa.Stopwatch()
+    clock.lap("all")
+    found = fa.summary(traced, node, edge, clock, fa.Baseline({}, {}, 5.678), target=0.8)
+    assert found == {
+        "circuit": {"nodes": 3, "edges": 2},
+        "surrogate": {"ranked_features": 4, "edges": 9},
+        "ranked_features_by_layer": {"2": 2, "1": 1, "0": 1},
+        "m_full": 0.6,
+        "m_empty": -0.1,
+        "features_for_faithfulness_0.8": {"CircuitLasso": 4, "random": None},
+        "edges_for_faithfulness_0.8": {"CircuitLasso": 9},
+        "node_faithfulness": {"CircuitLasso": {"4": 0.9}, "random": {"4": 0.1}},
+        "node_completeness": {"CircuitLasso": {"4": 0.1}, "random": {"4": 0.9}},
+        "edge_faithfulness": {"CircuitLasso": {"4": 0.5}},
+        "edge_completeness": {"CircuitLasso": {"4": 0.5}},
+        "seconds": {"CircuitLasso": 2.0, "IG attribution": 5.68},
+    }
