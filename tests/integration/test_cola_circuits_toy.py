@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from circuitlasso.circuits.features import fit_label
+from circuitlasso.circuits.features import fit_label, label_lam_max
 from circuitlasso.circuits.interpret import top_tokens
 from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.collect import collect_sae_features
@@ -29,7 +29,9 @@ def test_toy_circuit_reaches_the_planted_violation_categories(tmp_path: Path) ->
     prompts = train["sentence"].tolist()
     Z = collect_sae_features(model, saes, prompts, cache_dir=tmp_path, progress=False)
     last = layers[-1]
-    label_fit = fit_label(Z[last], train["label"], 1e-5, layer=last, min_prompts=MIN_PROMPTS)
+    y = train["label"]
+    ratio = 1e-5 / label_lam_max(Z[last], y, min_prompts=MIN_PROMPTS)  # the section's lam
+    label_fit = fit_label(Z[last], y, ratio, layer=last, min_prompts=MIN_PROMPTS)
     regressions = LayerRegressions(Z, lam_ratio=0.1, min_prompts=MIN_PROMPTS)
     circuit = trace_circuit(label_fit, regressions, roots=5, k=2, standardized=True)
 

@@ -22,7 +22,7 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.circuits.features import LabelFit, LayerPairFit, fit_label
+from circuitlasso.circuits.features import LabelFit, LayerPairFit, fit_label, label_lam_max
 from circuitlasso.circuits.trace import LayerRegressions, node_name, trace_circuit
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.collect.forward import splice_hooks
@@ -70,7 +70,8 @@ def label_fit(toy, cola, tmp_path_factory: pytest.TempPathFactory) -> LabelFit:
     model, saes = toy
     Z = collect_sae_features(model, {LAST: saes[LAST]}, cola["train"],
                              cache_dir=tmp_path_factory.mktemp("z"), progress=False)  # fmt: skip
-    return fit_label(Z[LAST], cola["y"], lam=1e-4, layer=LAST, min_prompts=5)
+    ratio = 1e-4 / label_lam_max(Z[LAST], cola["y"], min_prompts=5)  # the penalty lam = 1e-4
+    return fit_label(Z[LAST], cola["y"], ratio, layer=LAST, min_prompts=5)
 
 
 @pytest.fixture(scope="module")
@@ -500,7 +501,8 @@ def test_edge_sweep_on_a_traced_circuit() -> None:
     z1 = np.maximum(z0 @ A1 + 0.1 * rng.normal(size=(200, 10)), 0)
     z2 = np.maximum(z1 @ rng.normal(0, 1, (10, 8)) + 0.1 * rng.normal(size=(200, 8)), 0)
     Z = {layer: sp.csr_matrix(z) for layer, z in enumerate((z0, z1, z2))}
-    label = fit_label(Z[2], (z2[:, 0] > np.median(z2[:, 0])).astype(int), 1e-3, layer=2)
+    y = (z2[:, 0] > np.median(z2[:, 0])).astype(int)
+    label = fit_label(Z[2], y, 1e-3 / label_lam_max(Z[2], y), layer=2)
     regressions = LayerRegressions(Z, lam_ratio=0.1)
     graph = trace_circuit(label, regressions, roots=3, k=2)
     surrogate = Surrogate.from_circuit(graph, regressions, label)

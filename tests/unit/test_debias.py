@@ -24,7 +24,7 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
-from circuitlasso.circuits.features import fit_label
+from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.bias_in_bios import write_bias_in_bios_fixture
 from circuitlasso.data.models import load_model, load_saes
@@ -214,7 +214,10 @@ def test_zeroing_a_planted_gender_feature_removes_the_gender_leak() -> None:
     test = pd.DataFrame({"profession": np.where(np.tile([True, False], 100), *PROFESSIONS),
                          "gender": np.where(male, "male", "female")})  # fmt: skip
 
-    fit = fit_label(sp.csr_matrix(Z), y, 1e-3, layer=LAST)
+    def fit_at(features: sp.csr_matrix) -> LabelFit:  # the penalty lam = 1e-3
+        return fit_label(features, y, 1e-3 / label_lam_max(features, y), layer=LAST)
+
+    fit = fit_at(sp.csr_matrix(Z))
     assert fit.coef[GENDER] > 1.0  # the classifier leans on gender (measured 1.56)
     before = accuracies((fit.predict_proba(Z_test) > 0.5).astype(int), test, PROFESSIONS)
     # measured: profession 64, gender 72 (the output follows gender), worst group 30
@@ -236,8 +239,8 @@ def test_zeroing_a_planted_gender_feature_removes_the_gender_leak() -> None:
     assert after["profession"] > 55.0
 
     # CircuitLasso-retrain: the refit on zeroed features is the fit with that column deleted
-    refit = fit_label(zero_columns(sp.csr_matrix(Z), [GENDER]), y, 1e-3, layer=LAST)
-    deleted = fit_label(sp.csr_matrix(Z[:, others]), y, 1e-3, layer=LAST)
+    refit = fit_at(zero_columns(sp.csr_matrix(Z), [GENDER]))
+    deleted = fit_at(sp.csr_matrix(Z[:, others]))
     assert refit.coef[GENDER] == 0.0
     # the same solver on the same data (measured difference 0)
     np.testing.assert_allclose(refit.coef[others], deleted.coef, atol=1e-9)
@@ -355,10 +358,11 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
         "SHIFT": original.predict(X_test_edited),
         "SHIFT-retrain": fit_probe(pool("ambiguous_train", gendered), y).predict(X_test_edited),
     }
-    # CircuitLasso removes the six largest coefficients of A_{s,y} (lam 1e-3, compare_methods'
-    # default); by hand: the columns set to 0 by assignment, and the fit repeated without them
+    # CircuitLasso removes the six largest coefficients of A_{s,y} (lam_ratio 0.09,
+    # compare_methods' default); by hand: the columns set to 0 by assignment, and the fit
+    # repeated without them at the same penalty lam
     Z, Z_test = collect("ambiguous_train"), collect("balanced_test")
-    fit = fit_label(Z, y, 1e-3, layer=LAST)
+    fit = fit_label(Z, y, 0.09, layer=LAST)
     top = [int(f) for f in np.argsort(-np.abs(fit.coef), kind="stable")[:6]]
 
     def without(features: sp.csr_matrix) -> np.ndarray:
@@ -366,7 +370,8 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
         dense[:, top] = 0.0
         return dense
 
-    refit = fit_label(sp.csr_matrix(without(Z)), y, 1e-3, layer=LAST)
+    zeroed = sp.csr_matrix(without(Z))
+    refit = fit_label(zeroed, y, fit.lam / label_lam_max(zeroed, y), layer=LAST)
     assert (refit.coef[top] == 0).all() and np.count_nonzero(refit.coef) > 0
     by_hand["CircuitLasso"] = (fit.predict_proba(without(Z_test)) > 0.5).astype(int)
     by_hand["CircuitLasso-retrain"] = (refit.predict_proba(without(Z_test)) > 0.5).astype(int)

@@ -278,7 +278,7 @@ def cpu_setup() -> Setup:
         Z=Z,
         feature=int(np.argmax(np.asarray(Z[last].sum(0)).ravel())),
         children=[int(f) for f in np.argsort(-counts, kind="stable")[:4]],
-        label_fit=fit_label(Z[last], y, 1e-3, layer=last, min_prompts=2),
+        label_fit=fit_label(Z[last], y, 0.1, layer=last, min_prompts=2),
         means=feature_means(model, saes, prompts[:10]),
         probe=Probe(rng.standard_normal(model.cfg.d_model), 0.1),
         clean=torch.randint(12, (8, 6), generator=g),
@@ -324,14 +324,14 @@ def run_trace(s: Setup) -> dict[str, Any]:
 
 
 def run_label_fit(s: Setup) -> dict[str, Any]:
-    fit = fit_label(s.inputs.Z[LAYERS[-1]], s.inputs.y, 1e-3, layer=LAYERS[-1], min_prompts=2,
+    fit = fit_label(s.inputs.Z[LAYERS[-1]], s.inputs.y, 0.1, layer=LAYERS[-1], min_prompts=2,
                     device=s.device)  # fmt: skip
     return {"coef": fit.coef, "intercept": np.array(fit.intercept)}
 
 
 def run_lam_ablation(s: Setup) -> dict[str, Any]:
     Z, y, half = s.inputs.Z[LAYERS[-1]], s.inputs.y, N_PROMPTS // 2
-    table, chosen = lam_ablation(Z[:half], y[:half], Z[half:], y[half:], [1e-2],
+    table, chosen = lam_ablation(Z[:half], y[:half], Z[half:], y[half:], [0.1],
                                  layer=LAYERS[-1], min_prompts=2, device=s.device)  # fmt: skip
     return {**_frame(table), "chosen": chosen}
 

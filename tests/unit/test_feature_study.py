@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from circuitlasso import cache
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import study as study_module
-from circuitlasso.circuits.features import LabelFit, fit_label
+from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.study import FeatureStudy, feature_activity, run_summary
 from circuitlasso.circuits.trace import LayerRegressions, classify_edges, trace_circuit
 from circuitlasso.data import load_dataset
@@ -96,7 +96,8 @@ def toy_study(tmp_path_factory: pytest.TempPathFactory) -> FeatureStudy:
 
 @pytest.fixture(scope="module")
 def traced(toy_study: FeatureStudy) -> tuple[LabelFit, nx.DiGraph]:
-    label_fit = fit_label(toy_study.Z[3], toy_study.y, 1e-3, layer=3, min_prompts=5)
+    Z, y = toy_study.Z[3], toy_study.y
+    label_fit = fit_label(Z, y, 1e-3 / label_lam_max(Z, y, min_prompts=5), layer=3, min_prompts=5)
     regressions = LayerRegressions(toy_study.Z, 0.1, min_prompts=5)
     return label_fit, trace_circuit(label_fit, regressions, roots=2, k=2)
 

@@ -63,9 +63,7 @@ def chain() -> tuple[dict[int, np.ndarray], np.ndarray]:
 @pytest.fixture(scope="module")
 def label_fit(chain) -> LabelFit:
     Z, y = chain
-    Zc = Z[2] - Z[2].mean(0)
-    lam_max = np.abs((Zc / np.linalg.norm(Zc, axis=0)).T @ (y - y.mean())).max() / M
-    return fit_label(sp.csr_matrix(Z[2]), y, 0.3 * lam_max, layer=2)
+    return fit_label(sp.csr_matrix(Z[2]), y, 0.3, layer=2)
 
 
 def regressions(chain) -> LayerRegressions:
