@@ -6,7 +6,7 @@ The public entry points, importable from the package itself::
     model = cl.load_model("toy")
     saes = cl.load_saes("toy", range(model.cfg.n_layers), model=model)
     Z = cl.collect_sae_features(model, saes, prompts)
-    circuit = cl.CircuitLasso(label_lam_ratio=0.01).fit(Z, targets)
+    circuit = cl.CircuitLasso(label_lam_ratio=0.01).fit(Z, targets).circuit_
 
 They load on first use, so ``import circuitlasso`` (and the ``circuitlasso`` command) stays quick.
 """
@@ -22,40 +22,62 @@ _EXPORTS = {
     "load_model": "circuitlasso.data.models",
     "load_saes": "circuitlasso.data.models",
     "load_dataset": "circuitlasso.data",
+    "make_target": "circuitlasso.data.targets",
     "collect_sae_features": "circuitlasso.collect",
-    "CircuitLasso": "circuitlasso.estimator",
+    "lasso": "circuitlasso.solve",
+    "logistic_lasso": "circuitlasso.solve",
     "fit_label": "circuitlasso.circuits.features",
+    "label_lam_max": "circuitlasso.circuits.features",
     "fit_layer_pair": "circuitlasso.circuits.features",
     "LayerRegressions": "circuitlasso.circuits.trace",
     "trace_circuit": "circuitlasso.circuits.trace",
-    "from_json": "circuitlasso.circuits.trace",
-    "lasso": "circuitlasso.solve",
-    "logistic_lasso": "circuitlasso.solve",
+    "label_importance": "circuitlasso.circuits.trace",
+    "Circuit": "circuitlasso.circuits.circuit",
+    "circuit_lasso": "circuitlasso.circuits.components",
+    "feature_means": "circuitlasso.evaluation.ablate",
+    "metric_with_ablation": "circuitlasso.evaluation.ablate",
+    "node_ablation_sweep": "circuitlasso.evaluation.ablate",
+    "CircuitLasso": "circuitlasso.estimator",
 }
 
 __all__ = [
+    "Circuit",
     "CircuitLasso",
     "LayerRegressions",
     "__version__",
+    "circuit_lasso",
     "collect_sae_features",
+    "feature_means",
     "fit_label",
     "fit_layer_pair",
-    "from_json",
+    "label_importance",
+    "label_lam_max",
     "lasso",
     "load_dataset",
     "load_model",
     "load_saes",
     "logistic_lasso",
+    "make_target",
+    "metric_with_ablation",
+    "node_ablation_sweep",
     "trace_circuit",
 ]
 
 if TYPE_CHECKING:
-    from circuitlasso.circuits.features import fit_label, fit_layer_pair
-    from circuitlasso.circuits.trace import LayerRegressions, from_json, trace_circuit
+    from circuitlasso.circuits.circuit import Circuit
+    from circuitlasso.circuits.components import circuit_lasso
+    from circuitlasso.circuits.features import fit_label, fit_layer_pair, label_lam_max
+    from circuitlasso.circuits.trace import LayerRegressions, label_importance, trace_circuit
     from circuitlasso.collect import collect_sae_features
     from circuitlasso.data import load_dataset
     from circuitlasso.data.models import load_model, load_saes
+    from circuitlasso.data.targets import make_target
     from circuitlasso.estimator import CircuitLasso
+    from circuitlasso.evaluation.ablate import (
+        feature_means,
+        metric_with_ablation,
+        node_ablation_sweep,
+    )
     from circuitlasso.solve import lasso, logistic_lasso
 
 

@@ -4,15 +4,13 @@
 the prompts' targets (binary, multi-class or real-valued); it fits the label regression
 ``A_{L,y}`` on the last layer, then traces backward through layer-pair regressions fitted only
 for the features the trace visits.
-``label`` names each node by its top tokens and types each edge; ``to_json`` saves the circuit.
+``label`` names each node by its top tokens and types each edge, and returns the circuit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-import networkx as nx
 import numpy as np
 import torch
 from sae_lens import SAE
@@ -20,6 +18,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, fit_label
 
 
@@ -38,8 +37,9 @@ class CircuitLasso:
     :class:`~circuitlasso.circuits.features.LabelFit`), ``coef_`` (its ``(D,)`` coefficients, or
     ``(D, K)`` for a multi-class target), ``intercept_`` (a float, or ``(K,)``), ``classes_``
     (``(K,)`` class labels; classification only), ``lam_`` (the label penalty ``lam`` it came to),
-    ``regressions_`` (the layer-pair fits made so far), ``circuit_`` (a ``networkx.DiGraph`` with
-    nodes ``z{layer}.{feature}`` and edges parent -> child carrying ``coef``).
+    ``regressions_`` (the layer-pair fits made so far), ``circuit_`` (a
+    :class:`~circuitlasso.circuits.circuit.Circuit` with nodes ``z{layer}.{feature}`` and edges
+    parent -> child carrying ``coef``).
     """
 
     def __init__(
@@ -118,32 +118,19 @@ class CircuitLasso:
         prompts: Sequence[str],
         *,
         n_prompts: int = 50,
-    ) -> nx.DiGraph:
+    ) -> Circuit:
         """Give every node its ``top_tokens`` (token -> count among its largest activations over
         its ``n_prompts`` top prompts) and every edge its ``type`` (persistence, merging,
         dropping, other); ``prompts`` are the ones ``fit`` was given, in order."""
         self._fitted()
         Z = self.regressions_.Z
-        tokens = {
-            node: interpret.top_tokens(
-                model,
-                saes[data["layer"]],
-                data["feature"],
-                prompts,
-                Z[data["layer"]],
-                n_prompts=n_prompts,
-            )
-            for node, data in self.circuit_.nodes(data=True)
-        }
-        tr.classify_edges(self.circuit_, tokens)
-        for node, counts in tokens.items():
-            self.circuit_.nodes[node]["top_tokens"] = dict(counts.most_common(5))
+        tr.label_circuit(
+            self.circuit_,
+            lambda layer, feature: interpret.top_tokens(
+                model, saes[layer], feature, prompts, Z[layer], n_prompts=n_prompts
+            ),
+        )
         return self.circuit_
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The circuit as node-link JSON, written atomically to ``path`` if given."""
-        self._fitted()
-        return tr.to_json(self.circuit_, path)
 
     def _fitted(self) -> LabelFit:
         if not hasattr(self, "label_fit_"):

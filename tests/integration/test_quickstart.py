@@ -37,7 +37,7 @@ def test_the_script_is_short_and_imports_only_circuitlasso() -> None:
 def test_the_script_writes_the_circuit_the_pipeline_traces(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", quickstart_script()], cwd=tmp_path,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
-    circuit = cl.from_json((tmp_path / "circuit.json").read_text())
+    circuit = cl.Circuit.load(tmp_path / "circuit.json")
     assert out.strip() == (f"{circuit.number_of_nodes()} nodes, {circuit.number_of_edges()} edges")
     # the same steps by hand, with the same settings
     model = cl.load_model("toy")
@@ -61,7 +61,7 @@ def test_the_script_writes_the_circuit_the_pipeline_traces(tmp_path: Path) -> No
 
 def test_an_unfitted_estimator_says_so() -> None:
     with pytest.raises(RuntimeError, match="not fitted yet: call fit"):
-        cl.CircuitLasso().to_json()
+        cl.CircuitLasso().label(None, {}, [])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 2 layers"):
         cl.CircuitLasso().fit({3: None}, [0, 1])
     with pytest.raises(AttributeError, match="no attribute 'CircuitLaso'"):

@@ -11,13 +11,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-import networkx as nx
 import pytest
 import torch
 
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.trace import to_json
 from circuitlasso.data.toyworld.artifacts import FILE_MODE, write_json
 from circuitlasso.data.toyworld.tokenizer import build_tokenizer, save_tokenizer
 from circuitlasso.presentation import reproduce as rp
@@ -152,13 +150,9 @@ def test_atomic_path_gives_the_file_the_umask_permissions_or_the_mode(
 
 
 def _write_circuit(path: Path) -> None:
-    Circuit([("input", "m0"), ("m0", "output")]).save(path)
-
-
-def _write_graph(path: Path) -> None:
-    graph = nx.DiGraph()
-    graph.add_edge("L0/1", "L1/2", coef=0.5)
-    to_json(graph, path)
+    circuit = Circuit([("input", "m0"), ("m0", "output")])
+    circuit.add_edge("z0.1", "z1.2", coef=0.5)
+    circuit.save(path)
 
 
 def _write_build_info(path: Path) -> None:
@@ -178,7 +172,6 @@ def _write_tokenizer(path: Path) -> None:
     ("writer", "name", "mode"),
     [
         (_write_circuit, "circuit.json", 0o640),
-        (_write_graph, "graph.json", 0o640),
         (_write_build_info, "book/sections/build_info.md", 0o640),
         (_write_toy_json, "config.json", FILE_MODE),
         (_write_tokenizer, "tokenizer.json", 0o640),

@@ -20,11 +20,39 @@ TRUE = Circuit([("input", "m0"), ("m0", "a1.h0"), ("a1.h0", "output")])
 
 
 def test_nodes_are_edge_endpoints_and_json_round_trips(tmp_path):
-    assert TRUE.nodes == {"input", "m0", "a1.h0", "output"}
+    assert set(TRUE.nodes) == {"input", "m0", "a1.h0", "output"}
     path = tmp_path / "sub" / "circuit.json"
     TRUE.save(path)
     assert Circuit.load(path) == TRUE
     assert not list(path.parent.glob("*.tmp"))
+
+
+def test_equality_is_by_nodes_and_edges():
+    assert Circuit(reversed(list(TRUE.edges))) == TRUE
+    assert Circuit(TRUE) == TRUE  # a graph gives its edges, not its nodes
+    assert Circuit(list(TRUE.edges)[:2]) != TRUE
+    grown = Circuit(TRUE.edges)
+    grown.add_node("m5")  # an isolated node is part of the circuit
+    assert grown != TRUE
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(TRUE)
+
+
+def test_feature_view_and_attributes_survive_json():
+    circuit = Circuit()
+    circuit.add_node("z2.7", layer=2, feature=7, importance=1.5)
+    circuit.add_node("z1.3", layer=1, feature=3)
+    circuit.add_node("z1.0", layer=1, feature=0)
+    circuit.add_edge("z1.3", "z2.7", coef=-0.25)
+    circuit.add_edge("z1.0", "z2.7", coef=0.5)
+    assert circuit.features_by_layer() == {1: [0, 3], 2: [7]}
+    assert TRUE.features_by_layer() == {}  # component nodes have no features
+    back = Circuit.from_json(circuit.to_json())
+    assert isinstance(back, Circuit) and back == circuit
+    assert dict(back.nodes(data=True)) == dict(circuit.nodes(data=True))
+    assert back.edges["z1.3", "z2.7"] == {"coef": -0.25}
+    with pytest.raises(ValueError, match="node-link"):
+        Circuit.from_json('{"edges": []}')
 
 
 @pytest.mark.parametrize("edge", [("a", "a"), ("a",), ("a", 3)])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-import networkx as nx
 import pytest
 
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.trace import (
     edge_table,
     label_circuit,
@@ -26,8 +26,8 @@ TOKENS = {
 }
 
 
-def circuit() -> nx.DiGraph:
-    graph = nx.DiGraph()
+def circuit() -> Circuit:
+    graph = Circuit()
     for layer, feature, importance in [
         (2, 7, 3.0),
         (2, 4, 5.0),
@@ -109,4 +109,4 @@ def test_root_features_are_the_last_layer_by_decreasing_importance():
     graph.nodes["z2.7"]["importance"] = 6.0
     assert root_features(graph) == [7, 4]
     with pytest.raises(ValueError, match="no nodes"):
-        root_features(nx.DiGraph())
+        root_features(Circuit())

@@ -22,6 +22,7 @@ from sklearn.linear_model import LogisticRegression
 from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, LayerPairFit
 from circuitlasso.circuits.trace import LayerRegressions
 from circuitlasso.collect import collect_sae_features
@@ -88,18 +89,6 @@ def test_evaluation_sentences_are_a_seeded_class_balanced_sample() -> None:
         fa.evaluation_sentences(train, test, 6, 10, seed=0)
     with pytest.raises(ValueError, match=r"the train frame lacks columns \['sentence'\]"):
         fa.evaluation_sentences(train.rename(columns={"sentence": "text"}), test, 1, 1, seed=0)
-
-
-def test_stopwatch_times_consecutive_stages(monkeypatch: pytest.MonkeyPatch) -> None:
-    ticks = iter([10.0, 13.0, 20.5, 21.0])
-    monkeypatch.setattr(fa.time, "perf_counter", lambda: next(ticks))
-    clock = fa.Stopwatch()  # starts at 10
-    assert clock.lap("collect") == 3.0
-    assert clock.lap("fit") == 7.5
-    assert clock.laps == {"collect": 3.0, "fit": 7.5}
-    assert clock.total == 10.5
-    with pytest.raises(ValueError, match="stage 'fit' was already timed"):
-        clock.lap("fit")
 
 
 def test_fresh_features_are_the_collectors_and_leave_no_cache(
@@ -188,7 +177,7 @@ def fake_saes(widths: dict[int, int]) -> dict:
 
 
 def test_node_rankings_compare_the_surrogate_ig_and_every_feature_at_random() -> None:
-    traced = fa.TracedSurrogate(nx.DiGraph(), None, [(1, 2), (0, 0)])  # type: ignore[arg-type]
+    traced = fa.TracedSurrogate(Circuit(), None, [(1, 2), (0, 0)])  # type: ignore[arg-type]
     scores = {0: np.array([0.0, -3.0, 1.0]), 1: np.array([2.0, 0.0, -0.5, 0.0])}
     baseline = fa.Baseline({}, scores, 1.0)
     rankings = fa.node_rankings(traced, baseline, fake_saes({0: 3, 1: 4}), seed=0)

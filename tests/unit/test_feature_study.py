@@ -3,10 +3,8 @@ and, on the toy world, its labels against the interpretation functions called di
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,6 +13,7 @@ import scipy.sparse as sp
 from circuitlasso import cache
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import study as study_module
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.study import FeatureStudy, feature_activity, run_summary
 from circuitlasso.circuits.trace import LayerRegressions, classify_edges, trace_circuit
@@ -50,7 +49,7 @@ def test_run_summary_by_hand():
         }
     )
     label_fit = LabelFit(3, np.array([0.0, 1.5, 0.0, -2.0, 0.25]), 0.1, 1e-5, True)
-    circuit = nx.DiGraph()
+    circuit = Circuit()
     circuit.add_edge("z2.1", "z3.1", type="persistence")
     circuit.add_edge("z2.4", "z3.1", type="other")
     circuit.add_edge("z1.0", "z2.1", type="persistence")
@@ -72,20 +71,6 @@ def test_run_summary_by_hand():
         run_summary(label_fit, ablation.drop(columns="test_accuracy"), circuit)
 
 
-def test_stages_are_timed_by_block_and_by_lap(monkeypatch: pytest.MonkeyPatch):
-    ticks = iter([0.0, 10.0, 13.0, 20.0, 21.0])
-    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
-    frame = pd.DataFrame({"sentence": [], "label": []})
-    study = FeatureStudy("stub", "resid_post", None, {}, frame, frame)  # made at 0
-    with study.timed("block"):  # 10 to 13
-        pass
-    study.lap("lap")  # 13 (the block's end) to 20
-    assert study.runtime == {"block": 3.0, "lap": 7.0}
-    with pytest.raises(ValueError, match="already timed"):
-        study.lap("lap")
-    assert study.runtime_table()["seconds"].to_dict() == {"block": 3.0, "lap": 7.0}
-
-
 @pytest.fixture(scope="module")
 def toy_study(tmp_path_factory: pytest.TempPathFactory) -> FeatureStudy:
     with pytest.MonkeyPatch.context() as patch:
@@ -95,7 +80,7 @@ def toy_study(tmp_path_factory: pytest.TempPathFactory) -> FeatureStudy:
 
 
 @pytest.fixture(scope="module")
-def traced(toy_study: FeatureStudy) -> tuple[LabelFit, nx.DiGraph]:
+def traced(toy_study: FeatureStudy) -> tuple[LabelFit, Circuit]:
     Z, y = toy_study.Z[3], toy_study.y
     label_fit = fit_label(Z, y, 1e-3 / label_lam_max(Z, y, min_prompts=5), layer=3, min_prompts=5)
     regressions = LayerRegressions(toy_study.Z, 0.1, min_prompts=5)
@@ -116,7 +101,7 @@ def test_toy_study_loads_a_sample_and_collects_both_splits(toy_study: FeatureStu
         "toy: 4 layers, d_model=128; SAEs on layers [1, 3] (resid_post), D=2048; "
         "300 training and 1043 test sentences"
     )
-    assert list(toy_study.runtime) == ["load model, SAEs and data", "collect SAE features"]
+    assert list(toy_study.clock.laps) == ["load model, SAEs and data", "collect SAE features"]
 
 
 def test_toy_labels_match_the_interpretation_functions(toy_study, traced):
@@ -135,7 +120,7 @@ def test_toy_labels_match_the_interpretation_functions(toy_study, traced):
     node = next(iter(direct))
     layer, feature = circuit.nodes[node]["layer"], circuit.nodes[node]["feature"]
     assert s.top_tokens(layer, feature) is s.top_tokens(layer, feature)  # computed once
-    assert "labels" in s.runtime
+    assert "labels" in s.clock.laps
 
 
 def test_toy_root_prompts_and_perturbation_match_the_direct_calls(toy_study, traced):

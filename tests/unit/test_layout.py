@@ -9,6 +9,7 @@ LIB = Path(circuitlasso.__file__).parent
 # stage of each top-level module or package, in data-flow order; the public API comes last
 STAGES = {
     "cache": 0,  # storage shared by every stage: atomic writes, downloads, chunk cache
+    "timing": 0,  # the stopwatch every stage times its stages with
     "data": 1,
     "collect": 2,
     "solve": 3,

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
 
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.circuits.trace import LayerRegressions, feature_std, label_importance
@@ -39,8 +39,8 @@ class Stub(FeatureStudy):
         return self.table[int(layer), int(feature)]
 
 
-def small_circuit() -> nx.DiGraph:
-    graph = nx.DiGraph()
+def small_circuit() -> Circuit:
+    graph = Circuit()
     for layer, feature in [(1, 0), (1, 1), (0, 2), (0, 3)]:
         graph.add_node(f"z{layer}.{feature}", layer=layer, feature=feature, importance=1.0)
     graph.add_edge("z0.2", "z1.0", coef=1.0)

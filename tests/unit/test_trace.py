@@ -19,16 +19,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, LayerPairFit, fit_label, fit_layer_pair
 from circuitlasso.circuits.trace import (
     LayerRegressions,
     classify_edge,
     classify_edges,
-    from_json,
     label_importance,
     node_name,
     select,
-    to_json,
     trace_circuit,
 )
 
@@ -77,7 +76,7 @@ def full_fit(Z: dict[int, np.ndarray], layer: int) -> LayerPairFit:
     return fit_layer_pair(Zp, Zc, LAM_RATIO, parent=layer - 1, child=layer)
 
 
-def edge_data(graph: nx.DiGraph) -> dict[tuple[str, str], dict]:
+def edge_data(graph: Circuit) -> dict[tuple[str, str], dict]:
     return {(u, v): dict(data) for u, v, data in graph.edges(data=True)}
 
 
@@ -353,7 +352,7 @@ def test_classify_edge_overlap_threshold() -> None:
 
 
 def test_classify_edges_sets_the_type_of_every_edge() -> None:
-    graph = nx.DiGraph()
+    graph = Circuit()
     graph.add_edge("z0.1", "z1.2", coef=1.0, score=1.0)
     graph.add_edge("z0.3", "z1.2", coef=0.5, score=0.5)
     graph.add_edge("z1.2", "z2.4", coef=-1.0, score=1.0)
@@ -378,18 +377,18 @@ def test_json_round_trip(chain, label_fit: LabelFit, tmp_path: Path) -> None:
     classify_edges(graph, {name: {name} for name in graph.nodes})
     path = tmp_path / "sub" / "circuit.json"
     path.parent.mkdir()
-    text = to_json(graph, path)
+    text = graph.to_json(path)
     assert path.read_text() == text
     assert [p.name for p in path.parent.iterdir()] == ["circuit.json"]  # no temporary left
     data = json.loads(text)
     assert data["directed"] is True
-    back = from_json(path.read_text())
-    assert isinstance(back, nx.DiGraph)
+    back = Circuit.load(path)
+    assert isinstance(back, Circuit) and isinstance(back, nx.DiGraph)
     assert dict(back.nodes(data=True)) == dict(graph.nodes(data=True))
     assert edge_data(back) == edge_data(graph)
     assert set(back.edges) == set(graph.edges)  # parent -> child kept
-    assert to_json(back) == text
-    assert from_json(to_json(nx.DiGraph())).number_of_nodes() == 0
+    assert back.to_json() == text
+    assert Circuit.from_json(Circuit().to_json()).number_of_nodes() == 0
 
 
 def test_node_name() -> None:

@@ -1,20 +1,25 @@
-"""Circuits as edge sets over named components, and how to score recovered circuits.
+"""The one circuit type, and how to score recovered circuits.
 
-Node names follow InterpBench/EAP-IG: ``input``, ``a{layer}.h{head}``, ``m{layer}``, ``output``.
-An edge ``(parent, child)`` says the child reads what the parent writes. Methods produce *edge
-scores* (one float per candidate edge); a circuit is the set of edges whose score passes a
-threshold, pruned to edges that lie on a path into ``output`` (what cannot reach the output is not
-part of the circuit for the output's behaviour).
+A :class:`Circuit` is a ``networkx.DiGraph`` over named nodes whose edges run parent -> child (the
+child reads what the parent writes). Component circuits name nodes as InterpBench/EAP-IG do:
+``input``, ``a{layer}.h{head}``, ``m{layer}``, ``output``. Feature circuits, as traced by
+:func:`circuitlasso.circuits.trace.trace_circuit`, name them ``z{layer}.{feature}`` and carry the
+attributes ``layer`` and ``feature`` (and scores, coefficients and labels). Views:
+:meth:`Circuit.features_by_layer` for ablation, the graph itself for networkx, and node-link JSON.
+
+Methods produce *edge scores* (one float per candidate edge); a component circuit is the set of
+edges whose score passes a threshold, pruned to edges that lie on a path into ``output`` (what
+cannot reach the output is not part of the circuit for the output's behaviour).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
@@ -25,68 +30,66 @@ from circuitlasso.data.graph import OUTPUT, Edge
 EdgeScores = dict[Edge, float]
 
 
-@dataclass(frozen=True)
-class Circuit:
-    """A directed graph given by its edges; its nodes are the endpoints of the edges."""
+class Circuit(nx.DiGraph):
+    """A directed graph over named nodes, built from ``edges`` (parent, child) pairs, or the
+    edges of another graph, and grown with the ``networkx`` API. Two circuits are equal when
+    they have the same nodes and edges (attributes are not compared)."""
 
-    edges: frozenset[Edge]
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by structure
 
-    def __init__(self, edges: Iterable[Edge]) -> None:
-        checked = set()
-        for edge in edges:
+    def __init__(self, edges: Iterable[Edge] | nx.DiGraph = (), **attr) -> None:
+        super().__init__(**attr)
+        for edge in edges.edges if isinstance(edges, nx.DiGraph) else edges:
             if len(edge) != 2 or not all(isinstance(n, str) for n in edge) or edge[0] == edge[1]:
                 raise ValueError(
                     f"an edge must be a pair of two different node names, got {edge!r}"
                 )
-            checked.add((edge[0], edge[1]))
-        object.__setattr__(self, "edges", frozenset(checked))
+            self.add_edge(edge[0], edge[1])
 
-    @property
-    def nodes(self) -> frozenset[str]:
-        return frozenset(n for edge in self.edges for n in edge)
-
-    def __len__(self) -> int:
-        return len(self.edges)
-
-    def __iter__(self) -> Iterator[Edge]:
-        return iter(sorted(self.edges))
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, nx.DiGraph):
+            return NotImplemented
+        return set(self.nodes) == set(other.nodes) and set(self.edges) == set(other.edges)
 
     def is_acyclic(self) -> bool:
         """True when the edges contain no directed cycle."""
-        children: dict[str, list[str]] = {}
-        indegree = {n: 0 for n in self.nodes}
-        for parent, child in self.edges:
-            children.setdefault(parent, []).append(child)
-            indegree[child] += 1
-        ready = [n for n, d in indegree.items() if d == 0]
-        seen = 0
-        while ready:
-            node = ready.pop()
-            seen += 1
-            for child in children.get(node, []):
-                indegree[child] -= 1
-                if indegree[child] == 0:
-                    ready.append(child)
-        return seen == len(indegree)
+        return nx.is_directed_acyclic_graph(self)
 
-    def to_dict(self) -> dict[str, list]:
-        return {"nodes": sorted(self.nodes), "edges": [list(e) for e in sorted(self.edges)]}
+    def features_by_layer(self) -> dict[int, list[int]]:
+        """``{layer: [feature, ...]}`` of the nodes with ``layer`` and ``feature`` attributes
+        (the ablation view, see :func:`circuitlasso.evaluation.ablate.metric_with_ablation`)."""
+        by_layer: dict[int, list[int]] = {}
+        for _, data in self.nodes(data=True):
+            if "layer" in data and "feature" in data:
+                by_layer.setdefault(int(data["layer"]), []).append(int(data["feature"]))
+        return {layer: sorted(features) for layer, features in sorted(by_layer.items())}
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The circuit as node-link JSON with every attribute (written atomically to ``path``
+        if given, see :func:`circuitlasso.cache.atomic_path`)."""
+        text = json.dumps(nx.node_link_data(self, edges="edges"), indent=1, sort_keys=True)
+        if path is not None:
+            with atomic_path(path) as tmp:
+                tmp.write_text(text)
+        return text
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> Circuit:
-        if "edges" not in data:
-            raise ValueError("circuit JSON needs an 'edges' list")
-        return cls(tuple(edge) for edge in data["edges"])
+    def from_json(cls, text: str) -> Circuit:
+        """Inverse of :meth:`to_json`."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or "edges" not in data or "nodes" not in data:
+            raise ValueError("circuit JSON needs 'nodes' and 'edges' lists (node-link format)")
+        circuit = cls()
+        circuit.update(nx.node_link_graph(data, directed=True, edges="edges"))
+        return circuit
 
     def save(self, path: str | Path) -> None:
-        """Write the circuit as JSON, atomically (:func:`circuitlasso.cache.atomic_path`)."""
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.to_dict(), indent=1))
+        """Write :meth:`to_json` to ``path``, atomically."""
+        self.to_json(path)
 
     @classmethod
     def load(cls, path: str | Path) -> Circuit:
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return cls.from_json(Path(path).read_text())
 
 
 def edge_shd(predicted: Circuit, true: Circuit) -> int:

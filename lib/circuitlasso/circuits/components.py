@@ -28,7 +28,13 @@ from dataclasses import dataclass
 import torch
 from transformer_lens import HookedTransformer
 
-from circuitlasso.circuits.circuit import EdgeScores, block_norm_scores, gap_threshold
+from circuitlasso.circuits.circuit import (
+    Circuit,
+    EdgeScores,
+    block_norm_scores,
+    circuit_at_threshold,
+    gap_threshold,
+)
 from circuitlasso.collect import NodeActivations, collect_nodes
 from circuitlasso.data.graph import graph_nodes
 from circuitlasso.solve import block_lasso, lam_max, lasso
@@ -45,6 +51,11 @@ class CircuitLassoResult:
     threshold: float
     collect_seconds: float
     solve_seconds: float
+
+    @property
+    def circuit(self) -> Circuit:
+        """The edges scoring above ``threshold``, pruned to paths into ``output``."""
+        return circuit_at_threshold(self.scores, self.threshold)
 
 
 def standardize(x: torch.Tensor) -> torch.Tensor:

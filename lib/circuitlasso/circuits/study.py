@@ -6,9 +6,9 @@
 :func:`circuitlasso.collect.collect_sae_features`). The study then answers what a feature stands
 for, over the training sentences (:mod:`circuitlasso.circuits.interpret`): its top tokens
 (computed once per feature and kept), its top prompts, and how its activation changes when the
-most active token of its top prompt is replaced. ``runtime`` holds the wall time of each stage:
-the study's own (loading, collecting, labelling) and those a run closes with
-:meth:`~FeatureStudy.lap` or :meth:`~FeatureStudy.timed`.
+most active token of its top prompt is replaced. Its ``clock``
+(:class:`~circuitlasso.timing.Stopwatch`) holds the wall time of each stage: the study's own
+(loading, collecting, labelling) and those a run adds with ``clock.lap`` or ``clock.timed``.
 
 :func:`feature_activity` describes the collected features and :func:`run_summary` is the JSON
 summary of a run: the label regression, its lam ablation and the traced circuit.
@@ -16,14 +16,11 @@ summary of a run: the label regression, its lam ablation and the traced circuit.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 from sae_lens import SAE
@@ -31,10 +28,12 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, frequent_features
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data import load_dataset
 from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.timing import Stopwatch
 
 ABLATION_COLUMNS = ("train_loss", "nonzero", "validation_accuracy", "test_accuracy")
 
@@ -54,9 +53,8 @@ class FeatureStudy:
     label_prompts: int = 50
     Z: dict[int, Features] = field(default_factory=dict)
     Z_test: dict[int, Features] = field(default_factory=dict)
-    runtime: dict[str, float] = field(default_factory=dict)
+    clock: Stopwatch = field(default_factory=Stopwatch, repr=False)
     _tokens: dict[tuple[int, int], Counter[str]] = field(default_factory=dict, repr=False)
-    _mark: float = field(default_factory=lambda: time.perf_counter(), repr=False)
 
     @classmethod
     def load(
@@ -78,7 +76,7 @@ class FeatureStudy:
         ``hook`` on ``layers`` (None: every layer) and the ``splits`` (train, test) of
         ``dataset``, keeping a seeded sample of ``max_prompts`` training sentences (None: all);
         then :meth:`collect` their features in batches of ``batch_size``."""
-        start = time.perf_counter()
+        clock = Stopwatch()
         model = load_model(name, device=device)
         chosen = range(model.cfg.n_layers) if layers is None else layers
         saes = load_saes(name, list(chosen), hook, device=device, model=model)
@@ -89,8 +87,8 @@ class FeatureStudy:
                 raise ValueError(f"{dataset} [{split}] lacks the columns {sorted(missing)}")
         if max_prompts is not None:
             train = train.sample(n=min(max_prompts, len(train)), random_state=seed)
-        study = cls(name, hook, model, saes, train, test, label_prompts)
-        study._close("load model, SAEs and data", start)
+        study = cls(name, hook, model, saes, train, test, label_prompts, clock=clock)
+        clock.lap("load model, SAEs and data")
         study.collect(batch_size=batch_size, progress=progress)
         return study
 
@@ -127,47 +125,23 @@ class FeatureStudy:
         """``(M_test,)`` test labels."""
         return self.test["label"].to_numpy()
 
-    # ------------------------------------------------------------------ runtime
-
-    def _close(self, stage: str, start: float) -> None:
-        if stage in self.runtime:
-            raise ValueError(f"stage {stage!r} was already timed")
-        self._mark = time.perf_counter()
-        self.runtime[stage] = self._mark - start
-
-    @contextmanager
-    def timed(self, stage: str) -> Iterator[None]:
-        """Time the block as ``stage``."""
-        start = time.perf_counter()
-        yield
-        self._close(stage, start)
-
-    def lap(self, stage: str) -> None:
-        """Time as ``stage`` everything since the previous stage ended."""
-        self._close(stage, self._mark)
-
-    def runtime_table(self) -> pd.DataFrame:
-        """Seconds of each timed stage (rounded to 0.1), in the order they ran."""
-        return pd.Series(self.runtime, name="seconds", dtype=float).round(1).to_frame()
-
     # ------------------------------------------------------------------ features
 
     def collect(
         self, *, batch_size: int = 64, progress: bool = False
     ) -> tuple[dict[int, Features], dict[int, Features]]:
         """Collect (or load from the on-disk cache) ``Z`` and ``Z_test``; return both."""
-        start = time.perf_counter()
-        for split, frame in ((self.Z, self.train), (self.Z_test, self.test)):
-            split.update(
-                collect_sae_features(
-                    self.model,
-                    self.saes,
-                    frame["sentence"].tolist(),
-                    batch_size=batch_size,
-                    progress=progress,
+        with self.clock.timed("collect SAE features"):
+            for split, frame in ((self.Z, self.train), (self.Z_test, self.test)):
+                split.update(
+                    collect_sae_features(
+                        self.model,
+                        self.saes,
+                        frame["sentence"].tolist(),
+                        batch_size=batch_size,
+                        progress=progress,
+                    )
                 )
-            )
-        self._close("collect SAE features", start)
         return self.Z, self.Z_test
 
     def _features(self, layer: int) -> Features:
@@ -193,10 +167,10 @@ class FeatureStudy:
             )
         return self._tokens[key]
 
-    def label_circuit(self, circuit: nx.DiGraph) -> dict[str, Counter[str]]:
+    def label_circuit(self, circuit: Circuit) -> dict[str, Counter[str]]:
         """:func:`~circuitlasso.circuits.trace.label_circuit` with :meth:`top_tokens`, timed as
         ``labels``: every node's top tokens and every edge's type."""
-        with self.timed("labels"):
+        with self.clock.timed("labels"):
             return tr.label_circuit(circuit, self.top_tokens)
 
     def top_prompts(self, layer: int, feature: int, n: int = 8) -> pd.DataFrame:
@@ -208,7 +182,7 @@ class FeatureStudy:
         )
 
     def root_prompts(
-        self, label_fit: LabelFit, circuit: nx.DiGraph, roots: int = 2, n: int = 6
+        self, label_fit: LabelFit, circuit: Circuit, roots: int = 2, n: int = 6
     ) -> list[pd.DataFrame]:
         """:meth:`top_prompts` of the circuit's ``roots`` most important roots, each table's index
         named after its feature and the feature's readout coefficient ``A_{L,y}``."""
@@ -220,7 +194,7 @@ class FeatureStudy:
         ]
 
     def perturb_top_prompt(
-        self, layer: int, feature: int, circuit: nx.DiGraph, alternatives: int = 4
+        self, layer: int, feature: int, circuit: Circuit, alternatives: int = 4
     ) -> pd.DataFrame:
         """The single-prompt test (:func:`~circuitlasso.circuits.interpret.perturb`): the
         feature's top training prompt with its most active token replaced by each of the
@@ -263,7 +237,7 @@ def feature_activity(Z: Mapping[int, Features], min_prompts: int) -> pd.DataFram
 def run_summary(
     label_fit: LabelFit,
     ablation: pd.DataFrame,
-    circuit: nx.DiGraph,
+    circuit: Circuit,
     violations: Mapping[str, bool] | None = None,
 ) -> dict[str, Any]:
     """The JSON summary of a feature-circuit run: the label regression's ``lam`` and nonzero

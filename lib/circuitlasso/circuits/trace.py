@@ -8,26 +8,24 @@ layer-pair coefficients ``A_{l-1,l}``, ranked by ``|A_{l-1,l}[:, k]|`` (dataset 
 of two rules: the ``k`` largest, or the fewest whose scores reach a share ``mass`` of the
 column's total. Only the columns a trace visits are ever fit (:class:`LayerRegressions`).
 
-The result is a ``networkx.DiGraph`` whose nodes are named ``z{layer}.{feature}`` (attributes
-``layer``, ``feature``, ``importance``: the root score, or for a parent the sum of the scores of
-its edges) and whose edges run parent -> child (attributes ``coef`` and ``score``).
+The result is a :class:`~circuitlasso.circuits.circuit.Circuit` whose nodes are named
+``z{layer}.{feature}`` (attributes ``layer``, ``feature``, ``importance``: the root score, or for
+a parent the sum of the scores of its edges) and whose edges run parent -> child (attributes
+``coef`` and ``score``).
 :func:`label_circuit` adds each node's ``top_tokens`` and each edge's ``type``; :func:`node_table`
 and :func:`edge_table` list them.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
-from pathlib import Path
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 import torch
 
-from circuitlasso.cache import atomic_path
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit, fit_layer_pair
 
 
@@ -116,7 +114,7 @@ def trace_circuit(
     depth: int | None = None,
     prompt: int | None = None,
     standardized: bool = False,
-) -> nx.DiGraph:
+) -> Circuit:
     """Trace backward from the last layer's root features.
 
     ``roots``: how many of the most important features (an int) or which features (a list).
@@ -143,7 +141,7 @@ def trace_circuit(
         chosen = select(importance, k=roots)
     else:
         chosen = np.asarray(roots, dtype=int)
-    graph = nx.DiGraph()
+    graph = Circuit()
     for feature in chosen:
         graph.add_node(node_name(last, int(feature)), layer=last, feature=int(feature),
                        importance=float(importance[feature]))  # fmt: skip
@@ -204,7 +202,7 @@ def classify_edge(parent_tokens: Collection[str], child_tokens: Collection[str],
 
 
 def classify_edges(
-    graph: nx.DiGraph, top_tokens: Mapping[str, Collection[str]], overlap: float = 0.5
+    graph: Circuit, top_tokens: Mapping[str, Collection[str]], overlap: float = 0.5
 ) -> None:
     """Set every edge's ``type`` attribute by :func:`classify_edge` (``top_tokens`` by node)."""
     for parent, child, data in graph.edges(data=True):
@@ -212,7 +210,7 @@ def classify_edges(
 
 
 def label_circuit(
-    graph: nx.DiGraph, top_tokens: Callable[[int, int], Counter[str]], overlap: float = 0.5
+    graph: Circuit, top_tokens: Callable[[int, int], Counter[str]], overlap: float = 0.5
 ) -> dict[str, Counter[str]]:
     """Label every node by ``top_tokens(layer, feature)`` (token -> count among the feature's
     largest activations, :func:`circuitlasso.circuits.interpret.top_tokens`): set the node's
@@ -227,7 +225,7 @@ def label_circuit(
     return tokens
 
 
-def node_labels(graph: nx.DiGraph, n: int = 3) -> dict[str, str]:
+def node_labels(graph: Circuit, n: int = 3) -> dict[str, str]:
     """Per node, its ``n`` most common top tokens joined by commas (after :func:`label_circuit`)."""
     return {
         node: ", ".join(list(data.get("top_tokens", {}))[:n])
@@ -235,7 +233,7 @@ def node_labels(graph: nx.DiGraph, n: int = 3) -> dict[str, str]:
     }
 
 
-def root_features(graph: nx.DiGraph) -> list[int]:
+def root_features(graph: Circuit) -> list[int]:
     """The features of the circuit's last layer (its roots), by decreasing importance."""
     if graph.number_of_nodes() == 0:
         raise ValueError("the circuit has no nodes")
@@ -244,7 +242,7 @@ def root_features(graph: nx.DiGraph) -> list[int]:
     return [data["feature"] for data in sorted(roots, key=lambda data: -data["importance"])]
 
 
-def node_table(graph: nx.DiGraph) -> pd.DataFrame:
+def node_table(graph: Circuit) -> pd.DataFrame:
     """One row per node, from the last layer down and by decreasing importance within a layer:
     ``node``, ``layer``, ``importance`` (rounded to 3 decimals), ``top tokens`` (``word xcount``
     from the ``top_tokens`` attribute, empty before :func:`label_circuit`)."""
@@ -262,7 +260,7 @@ def node_table(graph: nx.DiGraph) -> pd.DataFrame:
     return table.round({"importance": 3}).reset_index(drop=True)
 
 
-def edge_table(graph: nx.DiGraph) -> pd.DataFrame:
+def edge_table(graph: Circuit) -> pd.DataFrame:
     """One row per edge: ``parent``, ``child``, ``coef`` (rounded to 3 decimals) and ``type``
     (None before :func:`label_circuit`)."""
     rows = [
@@ -270,17 +268,3 @@ def edge_table(graph: nx.DiGraph) -> pd.DataFrame:
         for parent, child, data in graph.edges(data=True)
     ]
     return pd.DataFrame(rows, columns=["parent", "child", "coef", "type"])
-
-
-def to_json(graph: nx.DiGraph, path: str | Path | None = None) -> str:
-    """The circuit as node-link JSON (written atomically to ``path`` if given)."""
-    text = json.dumps(nx.node_link_data(graph, edges="edges"), indent=1, sort_keys=True)
-    if path is not None:
-        with atomic_path(path) as tmp:
-            tmp.write_text(text)
-    return text
-
-
-def from_json(text: str) -> nx.DiGraph:
-    """Inverse of :func:`to_json`."""
-    return nx.node_link_graph(json.loads(text), directed=True, edges="edges")

@@ -15,9 +15,10 @@ becomes ``decode(z') + (x - decode(z))`` with ``z = encode(x): (B, P, D)`` and `
 ``z`` except that ablated features take their mean over a reference set of prompts
 (:func:`feature_means`, ``{layer: (D,)}``) at every real token. The error term is the one of the
 activation arriving at the hook, so with nothing ablated the spliced model is the model. A
-circuit ``C`` is ``{layer: set of features}``; ``m(C)`` mean-ablates every feature of the spliced
-layers outside ``C``, ``m(M \\ C)`` the features inside it, ``m(empty)`` all of them and ``m(M)``
-none, and
+circuit ``C`` is a :class:`~circuitlasso.circuits.circuit.Circuit` (read through its
+:meth:`~circuitlasso.circuits.circuit.Circuit.features_by_layer` view) or ``{layer: features}``;
+``m(C)`` mean-ablates every feature of the spliced layers outside ``C``, ``m(M \\ C)`` the
+features inside it, ``m(empty)`` all of them and ``m(M)`` none, and
 
     faithfulness  F(C) = (m(C) - m(empty)) / (m(M) - m(empty)),
     completeness       = (m(M \\ C) - m(empty)) / (m(M) - m(empty)).
@@ -50,7 +51,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -58,6 +58,7 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit
 from circuitlasso.circuits.trace import LayerRegressions, feature_std, node_name
 from circuitlasso.collect.forward import (
@@ -71,7 +72,7 @@ from circuitlasso.data.graph import Edge
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.evaluation.attribution import integrated_gradients
 
-Circuit = Mapping[int, Collection[int]]  # layer -> features
+FeatureSet = Mapping[int, Collection[int]]  # layer -> features
 Node = tuple[int, int]  # (layer, feature)
 T = TypeVar("T")
 
@@ -125,11 +126,13 @@ def feature_means(
 
 
 def _ablation_masks(
-    saes: Mapping[int, SAE], circuit: Circuit | None, ablate_inside: bool
+    saes: Mapping[int, SAE], circuit: Circuit | FeatureSet | None, ablate_inside: bool
 ) -> dict[int, torch.Tensor]:
     """``{layer: (D,) bool}`` features to ablate: inside or outside ``circuit`` (None: none)."""
     if circuit is None:
         return {}
+    if isinstance(circuit, Circuit):
+        circuit = circuit.features_by_layer()
     unknown = sorted(set(circuit) - set(saes))
     if unknown:
         raise ValueError(f"circuit layers {unknown} have no SAE; layers: {sorted(saes)}")
@@ -170,7 +173,7 @@ def metric_with_ablation(
     saes: Mapping[int, SAE],
     label_fit: LabelFit,
     prompts: Sequence[str],
-    circuit: Circuit | None = None,
+    circuit: Circuit | FeatureSet | None = None,
     *,
     labels: Sequence[int] | None = None,
     ablate_inside: bool = False,
@@ -212,7 +215,7 @@ def random_ranking(items: Sequence[T], seed: int) -> list[T]:
     return sorted(items, key=key)
 
 
-def _circuit(nodes: Sequence[Node]) -> dict[int, set[int]]:
+def _feature_set(nodes: Sequence[Node]) -> dict[int, set[int]]:
     circuit: dict[int, set[int]] = {}
     for layer, feature in nodes:
         circuit.setdefault(layer, set()).add(feature)
@@ -242,14 +245,14 @@ def node_ablation_sweep(
     batches = prompt_batches(model, prompts, batch_size)
     signs = _signs(labels, len(prompts))
 
-    def m(circuit: Circuit | None, inside: bool = False) -> float:
+    def m(circuit: FeatureSet | None, inside: bool = False) -> float:
         masks = _ablation_masks(saes, circuit, inside)
         return _metric(model, saes, label_fit, batches, signs, masks, means)
 
     full, empty = m(None), m({})
     rows = []
     for n in sizes:
-        circuit = _circuit(ranking[:n])
+        circuit = _feature_set(ranking[:n])
         kept, removed = m(circuit), m(circuit, inside=True)
         rows.append({"n": n, "faithfulness": _ratio(kept, empty, full),
                      "completeness": _ratio(removed, empty, full), "m_circuit": kept,
@@ -364,7 +367,7 @@ class Surrogate:
     @classmethod
     def from_circuit(
         cls,
-        graph: nx.DiGraph,
+        graph: Circuit,
         regressions: LayerRegressions,
         label_fit: LabelFit,
         labels: Sequence[int] | None = None,

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -39,6 +38,7 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import atomic_path
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.collect import collect_sae_features
@@ -53,6 +53,7 @@ from circuitlasso.evaluation.ablate import (
     random_ranking,
     rank_features,
 )
+from circuitlasso.timing import Stopwatch
 
 CURVE_POINTS = (4, 64, 1024, 4096, 8192)  # circuit sizes the summary reports
 
@@ -98,28 +99,6 @@ def evaluation_sentences(
     return Sentences(chosen["sentence"].tolist(), labels, reference.tolist())
 
 
-class Stopwatch:
-    """Wall-clock seconds of consecutive named stages: :meth:`lap` closes the stage that ran since
-    the previous lap (or since the stopwatch was made); ``laps`` maps names to seconds."""
-
-    def __init__(self) -> None:
-        self._last = time.perf_counter()
-        self.laps: dict[str, float] = {}
-
-    def lap(self, name: str) -> float:
-        """Close the running stage as ``name``; return its seconds."""
-        if name in self.laps:
-            raise ValueError(f"stage {name!r} was already timed")
-        now = time.perf_counter()
-        self.laps[name], self._last = now - self._last, now
-        return self.laps[name]
-
-    @property
-    def total(self) -> float:
-        """Seconds of every closed stage together."""
-        return sum(self.laps.values())
-
-
 def fresh_features(
     model: HookedTransformer,
     saes: Mapping[int, SAE],
@@ -149,7 +128,7 @@ class TracedSurrogate:
     """A traced ``circuit`` (see :func:`~circuitlasso.circuits.trace.trace_circuit`), its linear
     ``surrogate`` and the surrogate's node ``ranking`` (largest effect on the readout first)."""
 
-    circuit: nx.DiGraph
+    circuit: Circuit
     surrogate: Surrogate
     ranking: list[Node]
 

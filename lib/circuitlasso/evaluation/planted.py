@@ -18,11 +18,11 @@ study (:meth:`~circuitlasso.circuits.study.FeatureStudy.top_tokens`).
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 
 from circuitlasso.circuits import trace as tr
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit
 from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.data.toyworld.datasets import dominant_category
@@ -31,7 +31,7 @@ from circuitlasso.data.toyworld.grammar import VIOLATION_CATEGORIES
 RANKINGS = {True: "|A| * std(z)", False: "|A| (paper)"}  # trace_circuit's standardized
 
 
-def _categories(study: FeatureStudy, circuit: nx.DiGraph, layers: set[int] | None = None) -> dict:
+def _categories(study: FeatureStudy, circuit: Circuit, layers: set[int] | None = None) -> dict:
     """Node name -> its planted category (or None), for the nodes on ``layers`` (None: all)."""
     return {
         node: dominant_category(study.top_tokens(data["layer"], data["feature"]))
@@ -47,7 +47,7 @@ def _reached(categories: set[str | None]) -> dict[str, bool]:
 REACHED = "violation categories in the circuit"
 
 
-def categories_by_layer(study: FeatureStudy, circuit: nx.DiGraph) -> pd.DataFrame:
+def categories_by_layer(study: FeatureStudy, circuit: Circuit) -> pd.DataFrame:
     """Per layer of ``circuit`` with at least one categorized node, from the last down: the
     planted categories its nodes are (column ``planted categories reached``, sorted, joined)."""
     found: dict[int, set[str]] = {}
@@ -60,7 +60,7 @@ def categories_by_layer(study: FeatureStudy, circuit: nx.DiGraph) -> pd.DataFram
     return table.rename_axis("layer").sort_index(ascending=False)
 
 
-def violations_reached(study: FeatureStudy, circuit: nx.DiGraph) -> pd.Series:
+def violations_reached(study: FeatureStudy, circuit: Circuit) -> pd.Series:
     """Per violation (index), whether its planted category is the category of a node of
     ``circuit`` (bool; the series is named ``violation categories in the circuit``)."""
     return pd.Series(_reached(set(_categories(study, circuit).values())), name=REACHED)

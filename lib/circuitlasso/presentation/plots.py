@@ -4,13 +4,13 @@ a Figure."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import networkx as nx
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.evaluation.cost import rows_varying
 
 sns.set_theme(context="notebook", style="whitegrid")
@@ -139,7 +139,7 @@ EDGE_COLORS = {
 }
 
 
-def circuit_tree(graph: nx.DiGraph, labels: dict[str, str] | None = None) -> Figure:
+def circuit_tree(graph: Circuit, labels: dict[str, str] | None = None) -> Figure:
     """A traced SAE-feature circuit like the paper's Fig. 3: one column per layer, nodes named
     ``z{layer}.{feature}`` with an optional label below, edges coloured by their ``type``
     (persistence black, merging blue, dropping orange, other or unclassified grey), width by

@@ -129,7 +129,7 @@ def evaluate_model(
                 "node_shd": node_shd(predicted, ground_truth),
                 "best_edge_shd": best_threshold_shd(first.scores, ground_truth)[0],
                 "edge_auroc": edge_auroc(first.scores, ground_truth),
-                "n_edges": len(predicted),
+                "n_edges": predicted.number_of_edges(),
                 "n_true_edges": len(ground_truth),
                 "collect_s": collect,
                 "solve_s": solve,
