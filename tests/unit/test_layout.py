@@ -1,6 +1,7 @@
 """The package layout follows the data flow: no module imports from a later stage."""
 
 import ast
+import json
 from pathlib import Path
 
 import circuitlasso
@@ -88,3 +89,17 @@ def test_the_api_reference_covers_every_public_module():
     }
     assert public_modules() - documented == set()
     assert documented - public_modules() == set()
+
+
+def test_every_notebook_is_at_most_60_lines_of_code():
+    """Notebooks stay thin readers of the library: parameters, calls, tables, figures."""
+    notebooks = sorted((LIB.parents[1] / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) >= 6
+    lengths = {}
+    for path in notebooks:
+        cells = json.loads(path.read_text())["cells"]
+        lines = [line for cell in cells if cell["cell_type"] == "code"
+                 for line in "".join(cell["source"]).splitlines()
+                 if line.strip() and not line.strip().startswith("#")]  # fmt: skip
+        lengths[path.stem] = len(lines)
+    assert {name: n for name, n in lengths.items() if n > 60} == {}
