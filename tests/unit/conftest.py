@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.sparse as sp
 from huggingface_hub import constants as hf_constants
 
 from circuitlasso import cache
@@ -22,3 +24,17 @@ def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
     monkeypatch.setenv(cache.MIRROR_ENV, str(TOKENIZER_DIR))
     return hub
+
+
+@pytest.fixture(scope="session")
+def planted_layers() -> tuple[dict[int, sp.csr_matrix], np.ndarray]:
+    """Three layers of planted sparse features ``{layer: (200, D)}`` (D = 12, 10, 8), each a
+    rectified noisy linear function of the one below, and binary labels ``(200,)`` from the
+    last layer's first feature."""
+    rng = np.random.default_rng(1)
+    z0 = rng.exponential(1.0, (200, 12)) * (rng.random((200, 12)) < 0.5)
+    A1 = rng.normal(0, 1, (12, 10)) * (rng.random((12, 10)) < 0.3)
+    z1 = np.maximum(z0 @ A1 + 0.1 * rng.normal(size=(200, 10)), 0)
+    z2 = np.maximum(z1 @ rng.normal(0, 1, (10, 8)) + 0.1 * rng.normal(size=(200, 8)), 0)
+    Z = {layer: sp.csr_matrix(z) for layer, z in enumerate((z0, z1, z2))}
+    return Z, (z2[:, 0] > np.median(z2[:, 0])).astype(int)

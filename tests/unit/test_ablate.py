@@ -494,14 +494,8 @@ def test_node_effects_and_edge_ranking_follow_the_chain(chain) -> None:
     assert surrogate.rank_edges() == sorted(share, key=lambda e: -share[e])
 
 
-def test_edge_sweep_on_a_traced_circuit() -> None:
-    rng = np.random.default_rng(1)
-    z0 = rng.exponential(1.0, (200, 12)) * (rng.random((200, 12)) < 0.5)
-    A1 = rng.normal(0, 1, (12, 10)) * (rng.random((12, 10)) < 0.3)
-    z1 = np.maximum(z0 @ A1 + 0.1 * rng.normal(size=(200, 10)), 0)
-    z2 = np.maximum(z1 @ rng.normal(0, 1, (10, 8)) + 0.1 * rng.normal(size=(200, 8)), 0)
-    Z = {layer: sp.csr_matrix(z) for layer, z in enumerate((z0, z1, z2))}
-    y = (z2[:, 0] > np.median(z2[:, 0])).astype(int)
+def test_edge_sweep_on_a_traced_circuit(planted_layers) -> None:
+    Z, y = planted_layers
     label = fit_label(Z[2], y, 1e-3 / label_lam_max(Z[2], y), layer=2)
     regressions = LayerRegressions(Z, lam_ratio=0.1)
     graph = trace_circuit(label, regressions, roots=3, k=2)

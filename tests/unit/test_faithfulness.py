@@ -112,15 +112,11 @@ def test_fresh_features_are_the_collectors_and_leave_no_cache(
 
 
 @pytest.fixture(scope="module")
-def synthetic() -> tuple[dict[int, sp.csr_matrix], LabelFit, LayerRegressions, np.ndarray]:
-    """Three layers of planted sparse features, the label a function of the last one."""
-    rng = np.random.default_rng(1)
-    z0 = rng.exponential(1.0, (200, 12)) * (rng.random((200, 12)) < 0.5)
-    A1 = rng.normal(0, 1, (12, 10)) * (rng.random((12, 10)) < 0.3)
-    z1 = np.maximum(z0 @ A1 + 0.1 * rng.normal(size=(200, 10)), 0)
-    z2 = np.maximum(z1 @ rng.normal(0, 1, (10, 8)) + 0.1 * rng.normal(size=(200, 8)), 0)
-    Z = {layer: sp.csr_matrix(z) for layer, z in enumerate((z0, z1, z2))}
-    y = (z2[:, 0] > np.median(z2[:, 0])).astype(int)
+def synthetic(
+    planted_layers,
+) -> tuple[dict[int, sp.csr_matrix], LabelFit, LayerRegressions, np.ndarray]:
+    """The planted layers, a readout of the last one and its layer-pair regressions."""
+    Z, y = planted_layers
     label = readout(Z[2], y, 2)
     return Z, label, LayerRegressions(Z, lam_ratio=0.1), y
 

@@ -1,7 +1,10 @@
 """Evaluation: how good a circuit is and what it costs.
 
 ``ablate`` (faithfulness and completeness by node ablation and in the linear surrogate, the IG
-attribution baseline), ``eap`` (EAP and EAP-IG baselines on the component graph), ``interpbench``
-(the benchmark harness and its report), ``debias`` (the Bias in Bios experiment), ``cost`` (the
-paper's Propositions 1 and 2).
+attribution baseline), ``attribution`` (integrated gradients through SAE features),
+``faithfulness`` (the faithfulness experiment of Fig. 4), ``eap`` (EAP and EAP-IG baselines on
+the component graph), ``interpbench`` (the benchmark harness and its report), ``debias`` (the
+Bias in Bios experiment), ``cost`` (the paper's Propositions 1 and 2), ``planted`` (a traced
+circuit against the toy world's planted categories), ``solver_check`` (the solver against
+scikit-learn).
 """
