@@ -31,7 +31,10 @@ class CircuitLasso:
     from ``y``, see :func:`circuitlasso.data.targets.make_target`). ``roots``: how many
     last-layer features the trace starts from; ``k``: parents kept per node. ``min_prompts``:
     features active on fewer prompts are not used as predictors. ``standardized``: rank by
-    ``|A| * std(z)`` (True) or by ``|A|`` as in the paper. ``device``: where the solvers run.
+    ``|A| * std(z)`` (True) or by ``|A|`` as in the paper. ``layer_pairs``: ``"traced"`` fits
+    the layer-pair regressions only for the features the trace visits, ``"all"`` fits every
+    column of every layer pair first (as the paper does; the circuit is the same, the fits are
+    then all in ``regressions_``). ``device``: where the solvers run.
 
     Fitted attributes: ``label_fit_`` (the readout, a
     :class:`~circuitlasso.circuits.features.LabelFit`), ``coef_`` (its ``(D,)`` coefficients, or
@@ -52,23 +55,28 @@ class CircuitLasso:
         k: int = 2,
         min_prompts: int = 10,
         standardized: bool = True,
+        layer_pairs: str = "traced",
         device: torch.device | str | None = None,
     ) -> None:
         self.label_lam_ratio, self.lam_ratio, self.kind = label_lam_ratio, lam_ratio, kind
         self.roots, self.k, self.min_prompts = roots, k, min_prompts
-        self.standardized, self.device = standardized, device
+        self.standardized, self.layer_pairs, self.device = standardized, layer_pairs, device
 
     def fit(self, Z: Mapping[int, Features], y: Sequence | np.ndarray) -> CircuitLasso:
         """Fit the readout on the last layer of ``Z`` (layer -> ``(M, D)`` features) against
         ``y: (M,)``, then trace the circuit down to the first layer."""
         if len(Z) < 2:
             raise ValueError(f"need the features of at least 2 layers, got layers {sorted(Z)}")
+        if self.layer_pairs not in ("traced", "all"):
+            raise ValueError(f"layer_pairs is 'traced' or 'all', got {self.layer_pairs!r}")
         last = max(Z)
         self.label_fit_ = fit_label(Z[last], y, self.label_lam_ratio, layer=last, kind=self.kind,
                                     min_prompts=self.min_prompts, device=self.device)  # fmt: skip
         self.regressions_ = tr.LayerRegressions(
             dict(Z), self.lam_ratio, min_prompts=self.min_prompts, device=self.device
         )
+        if self.layer_pairs == "all":
+            self.regressions_.fit_all()
         self.circuit_ = tr.trace_circuit(self.label_fit_, self.regressions_, roots=self.roots,
                                          k=self.k, standardized=self.standardized)  # fmt: skip
         return self

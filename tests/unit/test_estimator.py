@@ -97,3 +97,19 @@ def test_regression_target(layers) -> None:
     ).label_fit_.kind == ("regression")
     with pytest.raises(ValueError, match="exactly two values"):
         CircuitLasso(kind="binary", min_prompts=1).fit(layers, counts)
+
+
+def test_all_layer_pairs_give_the_traced_circuit(layers) -> None:
+    Z2 = layers[2].toarray()
+    y = (Z2[:, 1] - Z2[:, 4] > np.median(Z2[:, 1] - Z2[:, 4])).astype(int)
+    options = dict(lam_ratio=0.1, roots=2, k=1, min_prompts=1)
+    traced = CircuitLasso(0.1, **options).fit(layers, y)
+    full = CircuitLasso(0.1, layer_pairs="all", **options).fit(layers, y)
+    # every column of both layer pairs fitted, against the trace's few
+    assert {len(full.regressions_._fits[layer]) for layer in (1, 2)} == {D}
+    assert sum(len(f) for f in traced.regressions_._fits.values()) < 2 * D
+    assert full.circuit_ == traced.circuit_
+    for parent, child, data in traced.circuit_.edges(data=True):
+        assert full.circuit_.edges[parent, child]["coef"] == pytest.approx(data["coef"], abs=1e-3)
+    with pytest.raises(ValueError, match="layer_pairs is 'traced' or 'all'"):
+        CircuitLasso(layer_pairs="some").fit(layers, y)

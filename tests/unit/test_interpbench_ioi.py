@@ -155,7 +155,7 @@ def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(tmp_path, offlin
     table = evaluate_ioi(tmp_path / "interpbench", methods=methods, n_prompts=8, trials=1)
     assert list(table["method"]) == methods
     assert (table["case"] == "ioi").all() and (table["variant"] == "trained").all()
-    assert (table["n_true_edges"] == len(IOI_CIRCUIT)).all()
+    assert (table["n_true_edges"] == IOI_CIRCUIT.number_of_edges()).all()
     assert table["edge_auroc"].between(0, 1).all() and (table["total_s"] > 0).all()
     assert (table["edge_shd"] >= 0).all()
 

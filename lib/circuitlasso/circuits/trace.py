@@ -75,6 +75,11 @@ class LayerRegressions:
             known.update({feature: fit for feature in new})
         return {int(f): known[int(f)] for f in features}
 
+    def fit_all(self) -> None:
+        """Fit every column of every layer pair: the full ``A_{l-1,l}`` of the paper (Eq. 4)."""
+        for layer in self.layers[1:]:
+            self.parents(layer, range(self.Z[layer].shape[1]))
+
 
 def label_importance(fit: LabelFit, z: np.ndarray | None = None) -> np.ndarray:
     """``(D,)`` importance of the last layer's features: ``|A_{L,y}|`` (summed over the classes

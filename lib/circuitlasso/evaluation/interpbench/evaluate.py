@@ -130,7 +130,7 @@ def evaluate_model(
                 "best_edge_shd": best_threshold_shd(first.scores, ground_truth)[0],
                 "edge_auroc": edge_auroc(first.scores, ground_truth),
                 "n_edges": predicted.number_of_edges(),
-                "n_true_edges": len(ground_truth),
+                "n_true_edges": ground_truth.number_of_edges(),
                 "collect_s": collect,
                 "solve_s": solve,
                 "total_s": total,
