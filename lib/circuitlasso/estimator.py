@@ -4,7 +4,7 @@
 the prompts' targets (binary, multi-class or real-valued); it fits the label regression
 ``A_{L,y}`` on the last layer, then traces backward through layer-pair regressions fitted only
 for the features the trace visits.
-``label`` names each node by its top tokens and types each edge, and returns the circuit.
+``interpret`` names each node by its top tokens and types each edge, and returns the circuit.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class CircuitLasso:
         proba = fit.predict_proba(Z[fit.layer])
         return np.column_stack([1 - proba, proba]) if fit.kind == "binary" else proba
 
-    def label(
+    def interpret(
         self,
         model: HookedTransformer,
         saes: Mapping[int, SAE],
@@ -132,7 +132,7 @@ class CircuitLasso:
         dropping, other); ``prompts`` are the ones ``fit`` was given, in order."""
         self._fitted()
         Z = self.regressions_.Z
-        tr.label_circuit(
+        tr.interpret_circuit(
             self.circuit_,
             lambda layer, feature: interpret.top_tokens(
                 model, saes[layer], feature, prompts, Z[layer], n_prompts=n_prompts

@@ -61,7 +61,7 @@ def test_the_script_writes_the_circuit_the_pipeline_traces(tmp_path: Path) -> No
 
 def test_an_unfitted_estimator_says_so() -> None:
     with pytest.raises(RuntimeError, match="not fitted yet: call fit"):
-        cl.CircuitLasso().label(None, {}, [])  # type: ignore[arg-type]
+        cl.CircuitLasso().interpret(None, {}, [])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 2 layers"):
         cl.CircuitLasso().fit({3: None}, [0, 1])
     with pytest.raises(AttributeError, match="no attribute 'CircuitLaso'"):

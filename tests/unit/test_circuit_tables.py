@@ -10,8 +10,8 @@ import pytest
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.trace import (
     edge_table,
-    label_circuit,
-    node_labels,
+    interpret_circuit,
+    node_captions,
     node_table,
     root_features,
 )
@@ -46,7 +46,7 @@ def circuit() -> Circuit:
     return graph
 
 
-def test_label_circuit_types_edges_and_keeps_five_top_tokens_per_node():
+def test_interpret_circuit_types_edges_and_keeps_five_top_tokens_per_node():
     graph = circuit()
     calls = []
 
@@ -54,7 +54,7 @@ def test_label_circuit_types_edges_and_keeps_five_top_tokens_per_node():
         calls.append((layer, feature))
         return TOKENS[layer, feature]
 
-    tokens = label_circuit(graph, top_tokens)
+    tokens = interpret_circuit(graph, top_tokens)
     assert sorted(calls) == sorted(TOKENS)
     assert tokens == {f"z{layer}.{feature}": c for (layer, feature), c in TOKENS.items()}
     # {a,b} -> {a..f}: keeps the parent's, explains 2 of 6 of the child's: merging
@@ -67,21 +67,21 @@ def test_label_circuit_types_edges_and_keeps_five_top_tokens_per_node():
     }
     assert graph.nodes["z2.7"]["top_tokens"] == {"a": 5, "b": 3, "c": 2, "d": 1, "e": 1}
     assert list(graph.nodes["z2.4"]["top_tokens"]) == ["b", "a", "x"]  # ties in first-seen order
-    assert node_labels(graph) == {
+    assert node_captions(graph) == {
         "z2.7": "a, b, c",
         "z2.4": "b, a, x",
         "z1.3": "a, b",
         "z1.9": "q",
         "z0.5": "a, b, c",
     }
-    assert node_labels(graph, n=1)["z2.7"] == "a"
+    assert node_captions(graph, n=1)["z2.7"] == "a"
 
 
 def test_node_table_orders_by_layer_then_unrounded_importance():
     graph = circuit()
     before = node_table(graph)
     assert before["top tokens"].tolist() == [""] * 5
-    label_circuit(graph, lambda layer, feature: TOKENS[layer, feature])
+    interpret_circuit(graph, lambda layer, feature: TOKENS[layer, feature])
     table = node_table(graph)
     assert table["node"].tolist() == ["z2.4", "z2.7", "z1.9", "z1.3", "z0.5"]
     assert table["layer"].tolist() == [2, 2, 1, 1, 0]
@@ -93,7 +93,7 @@ def test_node_table_orders_by_layer_then_unrounded_importance():
 def test_edge_table_lists_edges_with_rounded_coefficients_and_types():
     graph = circuit()
     assert edge_table(graph)["type"].isna().all()
-    label_circuit(graph, lambda layer, feature: TOKENS[layer, feature])
+    interpret_circuit(graph, lambda layer, feature: TOKENS[layer, feature])
     table = edge_table(graph)
     assert table.to_dict("records") == [  # networkx order: by parent, parents as added
         {"parent": "z1.3", "child": "z2.7", "coef": 0.512, "type": "merging"},

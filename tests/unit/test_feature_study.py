@@ -114,7 +114,7 @@ def test_toy_labels_match_the_interpretation_functions(toy_study, traced):
     }  # fmt: skip
     expected = circuit.copy()
     classify_edges(expected, direct)
-    tokens = s.label_circuit(circuit)
+    tokens = s.interpret_circuit(circuit)
     assert tokens == direct
     assert list(circuit.edges(data="type")) == list(expected.edges(data="type"))
     node = next(iter(direct))

@@ -167,11 +167,11 @@ class FeatureStudy:
             )
         return self._tokens[key]
 
-    def label_circuit(self, circuit: Circuit) -> dict[str, Counter[str]]:
-        """:func:`~circuitlasso.circuits.trace.label_circuit` with :meth:`top_tokens`, timed as
+    def interpret_circuit(self, circuit: Circuit) -> dict[str, Counter[str]]:
+        """:func:`~circuitlasso.circuits.trace.interpret_circuit` with :meth:`top_tokens`, timed as
         ``labels``: every node's top tokens and every edge's type."""
         with self.clock.timed("labels"):
-            return tr.label_circuit(circuit, self.top_tokens)
+            return tr.interpret_circuit(circuit, self.top_tokens)
 
     def top_prompts(self, layer: int, feature: int, n: int = 8) -> pd.DataFrame:
         """The feature's ``n`` top training prompts with per-token values

@@ -12,8 +12,8 @@ The result is a :class:`~circuitlasso.circuits.circuit.Circuit` whose nodes are 
 ``z{layer}.{feature}`` (attributes ``layer``, ``feature``, ``importance``: the root score, or for
 a parent the sum of the scores of its edges) and whose edges run parent -> child (attributes
 ``coef`` and ``score``).
-:func:`label_circuit` adds each node's ``top_tokens`` and each edge's ``type``; :func:`node_table`
-and :func:`edge_table` list them.
+:func:`interpret_circuit` adds each node's ``top_tokens`` and each edge's ``type``;
+:func:`node_table` and :func:`edge_table` list them.
 """
 
 from __future__ import annotations
@@ -214,10 +214,10 @@ def classify_edges(
         data["type"] = classify_edge(top_tokens[parent], top_tokens[child], overlap)
 
 
-def label_circuit(
+def interpret_circuit(
     graph: Circuit, top_tokens: Callable[[int, int], Counter[str]], overlap: float = 0.5
 ) -> dict[str, Counter[str]]:
-    """Label every node by ``top_tokens(layer, feature)`` (token -> count among the feature's
+    """Interpret every node by ``top_tokens(layer, feature)`` (token -> count among the feature's
     largest activations, :func:`circuitlasso.circuits.interpret.top_tokens`): set the node's
     ``top_tokens`` attribute to its 5 most common tokens and every edge's ``type``
     (:func:`classify_edges`). Returns the full counts by node name."""
@@ -230,8 +230,9 @@ def label_circuit(
     return tokens
 
 
-def node_labels(graph: Circuit, n: int = 3) -> dict[str, str]:
-    """Per node, its ``n`` most common top tokens joined by commas (after :func:`label_circuit`)."""
+def node_captions(graph: Circuit, n: int = 3) -> dict[str, str]:
+    """Per node, its ``n`` most common top tokens joined by commas: the caption a figure shows
+    (after :func:`interpret_circuit`)."""
     return {
         node: ", ".join(list(data.get("top_tokens", {}))[:n])
         for node, data in graph.nodes(data=True)
@@ -250,7 +251,7 @@ def root_features(graph: Circuit) -> list[int]:
 def node_table(graph: Circuit) -> pd.DataFrame:
     """One row per node, from the last layer down and by decreasing importance within a layer:
     ``node``, ``layer``, ``importance`` (rounded to 3 decimals), ``top tokens`` (``word xcount``
-    from the ``top_tokens`` attribute, empty before :func:`label_circuit`)."""
+    from the ``top_tokens`` attribute, empty before :func:`interpret_circuit`)."""
     rows = [
         {
             "node": node,
@@ -267,7 +268,7 @@ def node_table(graph: Circuit) -> pd.DataFrame:
 
 def edge_table(graph: Circuit) -> pd.DataFrame:
     """One row per edge: ``parent``, ``child``, ``coef`` (rounded to 3 decimals) and ``type``
-    (None before :func:`label_circuit`)."""
+    (None before :func:`interpret_circuit`)."""
     rows = [
         {"parent": parent, "child": child, "coef": round(data["coef"], 3), "type": data.get("type")}
         for parent, child, data in graph.edges(data=True)
