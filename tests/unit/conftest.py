@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from huggingface_hub import constants as hf_constants
 
 from circuitlasso import cache
+from circuitlasso.circuits.features import LabelFit, LayerPairFit
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 
@@ -38,3 +39,24 @@ def planted_layers() -> tuple[dict[int, sp.csr_matrix], np.ndarray]:
     z2 = np.maximum(z1 @ rng.normal(0, 1, (10, 8)) + 0.1 * rng.normal(size=(200, 8)), 0)
     Z = {layer: sp.csr_matrix(z) for layer, z in enumerate((z0, z1, z2))}
     return Z, (z2[:, 0] > np.median(z2[:, 0])).astype(int)
+
+
+def _hand_fit(parent: int, child: int, coef: np.ndarray, children: list[int]) -> LayerPairFit:
+    k = len(children)
+    return LayerPairFit(parent, child, np.array(children), sp.csc_matrix(coef), np.zeros(k),
+                        np.ones(k, dtype=bool))  # fmt: skip
+
+
+@pytest.fixture
+def hand_chain() -> tuple[dict[int, sp.csr_matrix], dict[int, dict[int, LayerPairFit]], LabelFit]:
+    """Layers 0, 1, 2 of 4 features ``{layer: (20, 4)}``; layer-pair columns written by hand,
+    fitted columns 1.{0, 2} on layer 0 and 2.{1, 3} on 1; a readout of layer 2."""
+    rng = np.random.default_rng(0)
+    Z = {layer: sp.csr_matrix(rng.exponential(1.0, (20, 4)) * (rng.random((20, 4)) < 0.7))
+         for layer in range(3)}  # fmt: skip
+    A1 = np.array([[0.5, 0.0], [-1.0, 0.3], [0.0, 0.0], [0.2, 0.7]])
+    A2 = np.array([[0.4, 0.0], [0.0, -0.6], [1.1, 0.0], [0.0, 0.9]])
+    fit1, fit2 = _hand_fit(0, 1, A1, [0, 2]), _hand_fit(1, 2, A2, [1, 3])
+    columns = {1: {0: fit1, 2: fit1}, 2: {1: fit2, 3: fit2}}
+    label = LabelFit(2, np.array([0.3, -0.8, 0.5, 1.2]), -0.2, 0.0, True)
+    return Z, columns, label

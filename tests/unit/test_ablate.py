@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.circuits.features import LabelFit, LayerPairFit, fit_label, label_lam_max
+from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.trace import LayerRegressions, node_name, trace_circuit
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.collect.forward import splice_hooks
@@ -383,26 +382,6 @@ def test_attribution_of_a_lower_layer_is_complete_with_a_continuous_reader(
 # ---------------------------------------------------------------- edge ablation in the surrogate
 
 
-def hand_fit(parent: int, child: int, coef: np.ndarray, children: list[int]) -> LayerPairFit:
-    k = len(children)
-    return LayerPairFit(parent, child, np.array(children), sp.csc_matrix(coef), np.zeros(k),
-                        np.ones(k, dtype=bool))  # fmt: skip
-
-
-@pytest.fixture
-def chain() -> tuple[dict[int, sp.csr_matrix], dict[int, dict[int, LayerPairFit]], LabelFit]:
-    """Layers 0, 1, 2 of 4 features; fitted columns 1.{0, 2} on layer 0 and 2.{1, 3} on 1."""
-    rng = np.random.default_rng(0)
-    Z = {layer: sp.csr_matrix(rng.exponential(1.0, (20, 4)) * (rng.random((20, 4)) < 0.7))
-         for layer in range(3)}  # fmt: skip
-    A1 = np.array([[0.5, 0.0], [-1.0, 0.3], [0.0, 0.0], [0.2, 0.7]])
-    A2 = np.array([[0.4, 0.0], [0.0, -0.6], [1.1, 0.0], [0.0, 0.9]])
-    fit1, fit2 = hand_fit(0, 1, A1, [0, 2]), hand_fit(1, 2, A2, [1, 3])
-    columns = {1: {0: fit1, 2: fit1}, 2: {1: fit2, 3: fit2}}
-    label = LabelFit(2, np.array([0.3, -0.8, 0.5, 1.2]), -0.2, 0.0, True)
-    return Z, columns, label
-
-
 def reference(Z, columns, label, zeroed) -> tuple[dict[int, np.ndarray], float]:
     """Dense recursion with explicit intercepts and residuals held fixed, layer by layer upward;
     ``columns[layer][child]`` is the fit holding that child's column."""
@@ -425,8 +404,8 @@ def reference(Z, columns, label, zeroed) -> tuple[dict[int, np.ndarray], float]:
     return new, float(np.mean(2 / (1 + np.exp(-logits)) - 1))
 
 
-def test_surrogate_without_zeroed_edges_is_the_observation(chain) -> None:
-    Z, columns, label = chain
+def test_surrogate_without_zeroed_edges_is_the_observation(hand_chain) -> None:
+    Z, columns, label = hand_chain
     surrogate = Surrogate(Z, columns, label)
     values = surrogate.propagate()
     for layer, fit in ((1, [0, 2]), (2, [1, 3])):
@@ -440,8 +419,8 @@ def test_surrogate_without_zeroed_edges_is_the_observation(chain) -> None:
     assert signed.metric() == pytest.approx(expected, abs=1e-14)
 
 
-def test_zeroing_every_edge_propagates_zero_coefficients(chain) -> None:
-    Z, columns, label = chain
+def test_zeroing_every_edge_propagates_zero_coefficients(hand_chain) -> None:
+    Z, columns, label = hand_chain
     surrogate = Surrogate(Z, columns, label)
     values = surrogate.propagate(surrogate.edges())
     dense = {layer: z.toarray() for layer, z in Z.items()}
@@ -456,8 +435,8 @@ def test_zeroing_every_edge_propagates_zero_coefficients(chain) -> None:
     assert surrogate.metric(surrogate.edges()) == pytest.approx(expected, abs=1e-12)
 
 
-def test_partial_zeroing_matches_the_dense_recursion(chain) -> None:
-    Z, columns, label = chain
+def test_partial_zeroing_matches_the_dense_recursion(hand_chain) -> None:
+    Z, columns, label = hand_chain
     surrogate = Surrogate(Z, columns, label)
     edges = surrogate.edges()
     for zeroed in (set(edges[::2]), {("z0.1", "z1.0"), ("z1.2", "z2.1")}, {("z0.3", "z1.2")}):
@@ -470,8 +449,8 @@ def test_partial_zeroing_matches_the_dense_recursion(chain) -> None:
         surrogate.propagate({("z0.2", "z1.0")})  # a zero coefficient is no edge
 
 
-def test_node_effects_and_edge_ranking_follow_the_chain(chain) -> None:
-    Z, columns, label = chain
+def test_node_effects_and_edge_ranking_follow_the_chain(hand_chain) -> None:
+    Z, columns, label = hand_chain
     surrogate = Surrogate(Z, columns, label)
     std = {layer: z.toarray().std(0) for layer, z in Z.items()}
     A1 = columns[1][0].coef.toarray()

@@ -23,7 +23,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import LabelFit, LayerPairFit
+from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.trace import LayerRegressions
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
@@ -220,23 +220,10 @@ def test_node_sweep_stacks_each_rankings_ablation_sweep(toy, sentences, label_fi
     assert found["m_full"].iloc[0] > 0.1  # signed by the labels: the readout separates them
 
 
-def hand_fit(parent: int, child: int, coef: np.ndarray, children: list[int]) -> LayerPairFit:
-    k = len(children)
-    return LayerPairFit(parent, child, np.array(children), sp.csc_matrix(coef), np.zeros(k),
-                        np.ones(k, dtype=bool))  # fmt: skip
-
-
 @pytest.fixture
-def chain() -> Surrogate:
-    """Layers 0, 1, 2 of 4 features; fitted columns 1.{0, 2} on layer 0 and 2.{1, 3} on 1."""
-    rng = np.random.default_rng(0)
-    Z = {layer: sp.csr_matrix(rng.exponential(1.0, (20, 4)) * (rng.random((20, 4)) < 0.7))
-         for layer in range(3)}  # fmt: skip
-    A1 = np.array([[0.5, 0.0], [-1.0, 0.3], [0.0, 0.0], [0.2, 0.7]])
-    A2 = np.array([[0.4, 0.0], [0.0, -0.6], [1.1, 0.0], [0.0, 0.9]])
-    fit1, fit2 = hand_fit(0, 1, A1, [0, 2]), hand_fit(1, 2, A2, [1, 3])
-    label = LabelFit(2, np.array([0.3, -0.8, 0.5, 1.2]), -0.2, 0.0, True)
-    return Surrogate(Z, {1: {0: fit1, 2: fit1}, 2: {1: fit2, 3: fit2}}, label)
+def chain(hand_chain) -> Surrogate:
+    """The surrogate of the hand-written three-layer chain."""
+    return Surrogate(*hand_chain)
 
 
 def test_edge_rankings_and_sweep_stack_each_rankings_sweep(chain) -> None:
