@@ -124,7 +124,7 @@ def synthetic(
 def test_trace_surrogate_starts_from_every_feature_the_readout_uses(synthetic) -> None:
     Z, label, regressions, y = synthetic
     used = {f"z2.{f}" for f in np.flatnonzero(label.coef)}
-    assert 1 < len(used) < 8  # measured: 5 of 8 features
+    assert len(used) > 1 and len(used) < 8  # a real choice among the 8 (measured: 5)
     traced = fa.trace_surrogate(label, regressions, y, k=2)
     assert used <= set(traced.circuit.nodes)  # roots=None: every used feature is a root
     assert traced.ranking == traced.surrogate.rank_nodes()
