@@ -450,6 +450,7 @@ def test_two_class_multinomial_is_the_binary_problem():
         (lambda X, Y: lasso(X, Y, 0.0), "lam must be > 0"),
         (lambda X, Y: lasso(np.zeros((0, 6)), Y[:0], 0.1), "X is empty"),
         (lambda X, Y: lasso(X, Y, 0.1, tol=0), "tol must be > 0"),
+        (lambda X, Y: lasso(X, Y, 0.1, memory_gib=-1), "memory_gib must be a positive"),
         (lambda X, Y: block_lasso(X, [2, 2], [[], [0]], 0.1), "add up to 4 but X has 6"),
         (lambda X, Y: block_lasso(X, [3, 3], [[], [1]], 0.1), r"parents\[1\] names block 1"),
         (lambda X, Y: logistic_lasso(X, Y[:, 0] * 0, 0.1), "two classes"),

@@ -29,6 +29,7 @@ import torch
 
 from circuitlasso.data.targets import Target, TargetKind, make_target
 from circuitlasso.solve import lam_max, lasso, logistic_lam_max, logistic_lasso, multinomial_lasso
+from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB
 
 Features: TypeAlias = sp.csr_matrix  # (M, D) token-averaged SAE features, one row per prompt
 
@@ -96,6 +97,7 @@ def fit_layer_pair(
     tol: float = 1e-4,
     progress: bool = False,
     device: torch.device | str | None = None,
+    memory_gib: float = DEFAULT_MEMORY_GIB,
 ) -> LayerPairFit:
     """Lasso of child features ``Z_child[:, children]: (M, k)`` on ``Z_parent: (M, D_parent)``
     (all child features if ``children`` is None), each with ``lam = lam_ratio * lam_max``
@@ -104,7 +106,8 @@ def fit_layer_pair(
     Only parents active on at least ``min_prompts`` prompts are predictors (see
     :func:`frequent_features`). A child that never varies has nothing to explain: its column is
     zero and it counts as converged. ``device``: where the solver runs (default the CPU); the
-    result is on the CPU either way.
+    result is on the CPU either way. ``memory_gib``: the solver's memory budget (see
+    :mod:`circuitlasso.solve.memory`).
     """
     _check_ratio(lam_ratio)
     _check_pair(Z_parent, Z_child)
@@ -132,6 +135,7 @@ def fit_layer_pair(
             fit_intercept=True,
             tol=tol,
             device=device,
+            memory_gib=memory_gib,
             progress=progress,
         )
         fitted = _scipy(result.coef.cpu())

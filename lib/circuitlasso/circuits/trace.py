@@ -27,6 +27,7 @@ import torch
 
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit, fit_layer_pair
+from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB
 
 
 def node_name(layer: int, feature: int) -> str:
@@ -37,7 +38,8 @@ def node_name(layer: int, feature: int) -> str:
 class LayerRegressions:
     """Layer-pair Lasso fits on demand: ``parents(l, features)`` fits the columns of
     ``A_{l-1,l}`` for the child ``features`` of layer ``l`` not fit before, and keeps them.
-    ``device``: where the solver runs (see :func:`fit_layer_pair`)."""
+    ``device``, ``memory_gib``, ``progress``: where the solver runs, its memory budget and
+    whether it shows a progress bar (see :func:`fit_layer_pair`)."""
 
     def __init__(
         self,
@@ -46,11 +48,13 @@ class LayerRegressions:
         min_prompts: int = 1,
         tol: float = 1e-4,
         device: torch.device | str | None = None,
+        memory_gib: float = DEFAULT_MEMORY_GIB,
+        progress: bool = False,
     ) -> None:
         if len(Z) < 2:
             raise ValueError(f"need features of at least 2 layers, got layers {sorted(Z)}")
         self.Z, self.lam_ratio, self.min_prompts, self.tol = Z, lam_ratio, min_prompts, tol
-        self.device = device
+        self.device, self.memory_gib, self.progress = device, memory_gib, progress
         self.layers = sorted(Z)
         self._fits: dict[int, dict[int, LayerPairFit]] = {layer: {} for layer in self.layers}
 
@@ -70,15 +74,19 @@ class LayerRegressions:
             fit = fit_layer_pair(
                 self.Z[below], self.Z[layer], self.lam_ratio,
                 parent=below, child=layer, children=new, min_prompts=self.min_prompts, tol=self.tol,
-                device=self.device,
+                device=self.device, memory_gib=self.memory_gib, progress=self.progress,
             )  # fmt: skip
             known.update({feature: fit for feature in new})
         return {int(f): known[int(f)] for f in features}
 
+    def fit_pair(self, layer: int) -> None:
+        """Fit every column of ``A_{l-1,l}`` for the child ``layer`` (Eq. 4 for one pair)."""
+        self.parents(layer, range(self.Z[layer].shape[1]))
+
     def fit_all(self) -> None:
         """Fit every column of every layer pair: the full ``A_{l-1,l}`` of the paper (Eq. 4)."""
         for layer in self.layers[1:]:
-            self.parents(layer, range(self.Z[layer].shape[1]))
+            self.fit_pair(layer)
 
 
 def label_importance(fit: LabelFit, z: np.ndarray | None = None) -> np.ndarray:

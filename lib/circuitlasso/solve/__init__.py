@@ -38,6 +38,10 @@ it meaning the same sparsity), means the same for every target kind and every ou
 ratios >= 1 give all-zero coefficients. In the paper's units, lambda = 2 M lam_ratio lam_max for
 Eqs. (2)-(4) and M lam_ratio lam_max for App. B.1 and Eq. (5).
 
+Memory. `lasso`, `lasso_path` and `block_lasso` stay within `memory_gib` (default 8 GiB): they
+batch outputs by the bytes a batch allocates and raise `MemoryBudgetError` before any work when
+a problem cannot fit (`circuitlasso.solve.memory`).
+
 Entry points: `lasso` (multi-output; Eq. 4 layer pairs), `block_lasso` (Eq. 3 with any allowed
 block pattern), `lasso_path` (warm-started grid), `logistic_lasso` (Eq. 5 with a binary target),
 `multinomial_lasso` (Eq. 5 with a multi-class target), `lam_max`, `logistic_lam_max`.
@@ -58,6 +62,7 @@ from circuitlasso.solve.logistic import (
     logistic_lasso,
     multinomial_lasso,
 )
+from circuitlasso.solve.memory import MemoryBudgetError
 
 __all__ = [
     "BlockLassoResult",
@@ -65,6 +70,7 @@ __all__ = [
     "LassoPath",
     "LassoResult",
     "LogisticResult",
+    "MemoryBudgetError",
     "block_lasso",
     "lam_max",
     "lasso",

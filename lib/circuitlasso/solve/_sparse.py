@@ -111,13 +111,6 @@ def scale_columns(csr: Tensor, scale: Tensor) -> Tensor:
     )
 
 
-def subtract(a: Tensor, b: Tensor) -> Tensor:
-    """a - b for two CSR tensors of the same shape, as CSR."""
-    (index_a, values_a), (index_b, values_b) = _coo(a), _coo(b, sign=-1.0)
-    shape = (a.shape[0], a.shape[1])
-    return _csr_of(torch.cat([index_a, index_b], 1), torch.cat([values_a, values_b]), shape)
-
-
 def padded_rows(csr: Tensor) -> tuple[Tensor, Tensor]:
     """A CSR (d, p) as padded (d, K) column indices and values, K = most entries in a row."""
     crow = csr.crow_indices()
@@ -150,3 +143,37 @@ def block_products(rows_csr: Tensor, W: Tensor, y: Tensor) -> tuple[Tensor, Tens
     gram[row_ids(product) * K + product.col_indices() % K] = product.values()
     cross = stacked @ y.reshape(B * M, 1).to(picked.values().dtype)
     return gram.view(B, K, K), cross.view(B, K)
+
+
+GRAM_CHUNK_ENTRIES = 2**24
+"""Entries of the dense Gram computed per sparse product (128 MiB in float64)."""
+
+
+def dense_gram(xt: Tensor, x: Tensor, dtype: torch.dtype) -> Tensor:
+    """Dense X^T X (p, p) in `dtype` from CSR X (M, p) and its transpose xt (p, M), by row chunks.
+
+    On the CPU the sparse products run in scipy, several times faster there than torch's.
+    """
+    p = xt.shape[0]
+    out = torch.empty(p, p, dtype=dtype, device=xt.device)
+    step = max(1, GRAM_CHUNK_ENTRIES // max(1, p))
+    on_cpu = xt.device.type == "cpu"
+    if on_cpu:
+        xt_s, x_s = _scipy_csr(xt), _scipy_csr(x)
+    for start in range(0, p, step):
+        stop = min(p, start + step)
+        if on_cpu:
+            block = torch.from_numpy((xt_s[start:stop] @ x_s).toarray())
+        else:
+            rows = torch.arange(start, stop, device=xt.device)
+            block = (csr_rows(xt, rows) @ x).to_dense()
+        out[start:stop] = block.to(dtype)
+    return out
+
+
+def _scipy_csr(csr: Tensor) -> sp.csr_matrix:
+    """A CPU torch CSR tensor as a scipy CSR matrix sharing its buffers."""
+    return sp.csr_matrix(
+        (csr.values().numpy(), csr.col_indices().numpy(), csr.crow_indices().numpy()),
+        shape=tuple(csr.shape),
+    )

@@ -19,6 +19,7 @@ from circuitlasso.solve._inputs import Matrix, as_matrix, per_output
 from circuitlasso.solve._sparse import csr_rows, csr_transpose
 from circuitlasso.solve.fista import StopRule
 from circuitlasso.solve.lasso import LassoResult, _check_options, to_result
+from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, budget_bytes, gram_share
 from circuitlasso.solve.prepare import GRAM_MAX_ENTRIES, Prepared, check_lam, column_stats
 from circuitlasso.solve.problems import (
     DenseProblem,
@@ -135,8 +136,8 @@ def _check_blocks(
 class _SharedDesign:
     """Column statistics and scaled X (or its Gram) computed once for all child blocks."""
 
-    def __init__(self, x: Tensor, fit_intercept: bool) -> None:
-        self.x, self.fit_intercept = x, fit_intercept
+    def __init__(self, x: Tensor, fit_intercept: bool, memory: int) -> None:
+        self.x, self.fit_intercept, self.memory = x, fit_intercept, memory
         self.M, self.N = x.shape
         self.mean, self.norms = column_stats(x, fit_intercept)
         self.sparse = x.layout == torch.sparse_csr
@@ -154,7 +155,8 @@ class _SharedDesign:
         if self.sparse:
             x_pred = csr_transpose(csr_rows(self.xs_t, predictors))
             mu = self.mu[predictors] if self.fit_intercept else None
-            return SparseProblem(x_pred, mu, csr_rows(self.x_t, targets))
+            gram_bytes = gram_share(self.memory)
+            return SparseProblem(x_pred, mu, csr_rows(self.x_t, targets), gram_bytes)
         if self.gram is not None:
             cross_t = (
                 self.gram[targets][:, predictors] * self.norms[targets].to(self.x.dtype)[:, None]
@@ -178,7 +180,7 @@ def block_lasso(
     max_iter: int = 20_000,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
-    chunk_size: int | None = None,
+    memory_gib: float = DEFAULT_MEMORY_GIB,
     progress: bool = False,
 ) -> BlockLassoResult:
     """Lasso of every column of X (M, N) on the columns of its block's allowed parent blocks.
@@ -192,7 +194,8 @@ def block_lasso(
     x, _ = as_matrix(X, "X", dtype, device)
     sizes, allowed = _check_blocks(x.shape[1], block_sizes, parents)
     lam_all = per_output(lam, x.shape[1], "lam").to(device)
-    shared = _SharedDesign(x, fit_intercept)
+    memory = budget_bytes(memory_gib)
+    shared = _SharedDesign(x, fit_intercept, memory)
     offsets = [0]
     for s in sizes:
         offsets.append(offsets[-1] + s)
@@ -230,7 +233,7 @@ def block_lasso(
             tol=tol,
             stop=stop,
             max_iter=max_iter,
-            chunk_size=chunk_size,
+            memory=memory,
             progress=progress,
         )
         result: LassoResult = to_result(prepared, solution, lam_j, max_iter)

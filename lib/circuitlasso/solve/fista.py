@@ -86,6 +86,7 @@ def fista(
     if B == 0:
         return out_b.to(out_dtype), out_iter, out_conv
     rows = torch.arange(B, device=Q.device)
+    finished = torch.zeros(B, dtype=torch.bool, device=Q.device)
     L = (lipschitz(Q) * 1.05).clamp_min(torch.finfo(Q.dtype).tiny)
     b = b0.clone()
     Qb = _bmv(Q, b)
@@ -134,40 +135,54 @@ def fista(
             continue
         if it == max_iter:
             break
-        if bool(done.any()):
-            out_b[rows[done]] = b[done]
-            out_iter[rows[done]] = it
-            out_conv[rows[done]] = True
-            keep = ~done
-            rows, Q, q = rows[keep], Q[keep], q[keep]
-            yty, w, tol = yty[keep], w[keep], tol[keep]
-            b, Qb, v, Qv, t, L = b[keep], Qb[keep], v[keep], Qv[keep], t[keep], L[keep]
-            previous, last_signs = previous[keep], last_signs[keep]
-            if rows.numel() == 0:
+        new = done & ~finished
+        if bool(new.any()):
+            out_b[rows[new]] = b[new]
+            out_iter[rows[new]] = it
+            out_conv[rows[new]] = True
+            finished |= new
+            if bool(finished.all()):
                 return out_b.to(out_dtype), out_iter, out_conv
+            if 2 * int(finished.sum()) >= finished.numel():  # copying Q pays off: compact
+                keep = ~finished
+                rows, Q, q = rows[keep], Q[keep], q[keep]
+                yty, w, tol = yty[keep], w[keep], tol[keep]
+                b, Qb, v, Qv, t, L = b[keep], Qb[keep], v[keep], Qv[keep], t[keep], L[keep]
+                previous, last_signs, finished = previous[keep], last_signs[keep], finished[keep]
+    left = ~finished
+    rows, b = rows[left], b[left]
     out_b[rows] = b
     out_iter[rows] = max_iter
     if stop == "gap":
-        out_conv[rows] = _restricted_gap(b, Qb, q, yty, w) <= tol
+        out_conv[rows] = _restricted_gap(b, Qb[left], q[left], yty[left], w[left]) <= tol[left]
     return out_b.to(out_dtype), out_iter, out_conv
 
 
 def polish(Q: Tensor, q: Tensor, w: Tensor, signs: Tensor) -> Tensor:
     """Exact minimizer of F on the support and signs `signs` (B, K): Q_SS b_S = q_S - w_S s_S.
 
-    A ridge of machine epsilon ** 0.6 x the mean diagonal keeps duplicate columns solvable (their
-    weight is then split evenly). Problems whose solve fails keep b = 0 (their gap is then not
-    lower, so the caller ignores them).
+    Each system is solved at the size S of the largest support in the batch, not K. A ridge of
+    machine epsilon ** 0.6 x the mean diagonal keeps duplicate columns solvable (their weight is
+    then split evenly). Problems whose solve fails keep b = 0 (their gap is then not lower, so
+    the caller ignores them).
     """
+    B, K = signs.shape
     support = signs != 0
-    pair = support.unsqueeze(2) & support.unsqueeze(1)
+    n_support = support.sum(1)
+    S = int(n_support.max()) if B else 0
+    where = torch.argsort((~support).to(torch.int8), dim=1, stable=True)[:, :S]  # (B, S)
+    inside = torch.arange(S, device=Q.device).unsqueeze(0) < n_support.unsqueeze(1)
+    rows_s = Q.gather(1, where.unsqueeze(2).expand(B, S, K))
+    Q_s = rows_s.gather(2, where.unsqueeze(1).expand(B, S, S))
     diag = torch.diagonal(Q, dim1=1, dim2=2)
     ridge = torch.finfo(Q.dtype).eps ** 0.6 * diag.mean(1, keepdim=True)
-    system = torch.where(pair, Q, torch.zeros((), dtype=Q.dtype, device=Q.device))
-    system.diagonal(dim1=1, dim2=2).add_(torch.where(support, ridge, torch.ones_like(diag)))
-    rhs = torch.where(support, q - w * signs, torch.zeros_like(q))
+    pair = inside.unsqueeze(2) & inside.unsqueeze(1)
+    system = torch.where(pair, Q_s, torch.zeros((), dtype=Q.dtype, device=Q.device))
+    system.diagonal(dim1=1, dim2=2).add_(torch.where(inside, ridge, torch.ones_like(Q_s[:, 0])))
+    rhs = torch.where(inside, (q - w * signs).gather(1, where), torch.zeros((), dtype=q.dtype))
     factor, info = torch.linalg.cholesky_ex(system)
-    solution = torch.cholesky_solve(rhs.unsqueeze(2), factor).squeeze(2)
+    solution_s = torch.cholesky_solve(rhs.unsqueeze(2), factor).squeeze(2)
+    solution = torch.zeros_like(q).scatter_(1, where, torch.where(inside, solution_s, 0.0))
     consistent = (torch.sign(solution) == signs).all(1) & (info == 0)
     return torch.where(consistent.unsqueeze(1), solution, torch.zeros_like(solution))
 

@@ -10,8 +10,8 @@ from torch import Tensor
 
 from circuitlasso.solve._inputs import Matrix
 from circuitlasso.solve.fista import StopRule
+from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, batch_size, budget_bytes, gram_share
 from circuitlasso.solve.prepare import Prepared, check_lam, prepare, scaled_init
-from circuitlasso.solve.problems import GRAM_BUDGET
 from circuitlasso.solve.screen import Ranking, score
 from circuitlasso.solve.workset import WorkingSetSolution, solve_working_sets
 
@@ -86,7 +86,7 @@ def lasso(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
     coef_init: Matrix | None = None,
-    chunk_size: int | None = None,
+    memory_gib: float = DEFAULT_MEMORY_GIB,
     progress: bool = False,
 ) -> LassoResult:
     """Solve min_A 1/(2M) ||Y - X A - 1 b^T||_F^2 + sum_j lam_j ||A_j||_1 column by column.
@@ -98,10 +98,15 @@ def lasso(
     stop="gap" stops output j once its duality gap <= tol * ||y_j - mean||^2 / M (the rule of
     scikit-learn and celer); stop="objective" stops on a relative objective decrease < tol
     (the paper's rule) once no predictor outside the working set violates the KKT conditions.
-    coef_init: (p, d) warm start. chunk_size: outputs per full-gradient pass (memory bound).
+    coef_init: (p, d) warm start. memory_gib: the solve's memory budget in GiB: batches of
+    outputs are sized to fit it, and a problem that cannot fit raises `MemoryBudgetError`
+    before any work (`circuitlasso.solve.memory`).
     """
     _check_options(tol, stop, max_iter)
-    prepared = prepare(X, Y, fit_intercept=fit_intercept, dtype=dtype, device=device)
+    memory = budget_bytes(memory_gib)
+    prepared = prepare(
+        X, Y, fit_intercept=fit_intercept, dtype=dtype, device=device, gram_bytes=gram_share(memory)
+    )
     lam_t = check_lam(lam, prepared)
     init = scaled_init(coef_init, prepared) if coef_init is not None else None
     solution = solve_working_sets(
@@ -111,8 +116,8 @@ def lasso(
         tol=tol,
         stop=stop,
         max_iter=max_iter,
+        memory=memory,
         init=init,
-        chunk_size=chunk_size,
         progress=progress,
     )
     return to_result(prepared, solution, lam_t, max_iter)
@@ -176,7 +181,7 @@ def prepared_lam_max(prepared: Prepared, normalize: bool) -> Tensor:
     omega = prepared.omega(normalize)
     device = omega.device
     out = torch.zeros(problem.n_outputs, dtype=torch.float64, device=device)
-    step = max(1, GRAM_BUDGET // max(1, 4 * problem.n_features))
+    step = batch_size(2**28, problem.gradient_bytes())
     ranking = Ranking(problem.mu, omega)
     for start in range(0, problem.n_outputs, step):
         cols = torch.arange(start, min(start + step, problem.n_outputs), device=device)
@@ -202,7 +207,7 @@ def lasso_path(
     max_iter: int = 20_000,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
-    chunk_size: int | None = None,
+    memory_gib: float = DEFAULT_MEMORY_GIB,
     progress: bool = False,
 ) -> LassoPath:
     """Lasso along lam_max_j * eps ** (i / (n_lams - 1)), i = 0..n_lams-1, warm-started (App. B.1).
@@ -211,7 +216,10 @@ def lasso_path(
     order given (decreasing is what makes warm starts pay). Other arguments as in `lasso`.
     """
     _check_options(tol, stop, max_iter)
-    prepared = prepare(X, Y, fit_intercept=fit_intercept, dtype=dtype, device=device)
+    memory = budget_bytes(memory_gib)
+    prepared = prepare(
+        X, Y, fit_intercept=fit_intercept, dtype=dtype, device=device, gram_bytes=gram_share(memory)
+    )
     d = prepared.problem.n_outputs
     if lams is None:
         if n_lams < 1 or not 0 < eps <= 1:
@@ -237,8 +245,8 @@ def lasso_path(
             tol=tol,
             stop=stop,
             max_iter=max_iter,
+            memory=memory,
             init=init,
-            chunk_size=chunk_size,
             progress=progress,
         )
         init = (solution.W, solution.b)

@@ -67,8 +67,10 @@ def prepare(
     fit_intercept: bool,
     dtype: torch.dtype,
     device: torch.device | str | None,
+    gram_bytes: int = 0,
 ) -> Prepared:
-    """Validate (X (M, p), Y (M, d) or (M,)) and build the matching problem."""
+    """Validate (X (M, p), Y (M, d) or (M,)) and build the matching problem; a dense Gram of
+    sparse X may take up to `gram_bytes` (0: none, for problems that need no Gram blocks)."""
     device = torch.device(device or "cpu")
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -86,7 +88,8 @@ def prepare(
         x_t = csr_transpose(x)
         x_kept = x if keep.numel() == x.shape[1] else csr_transpose(csr_rows(x_t, keep))
         mu = (x_mean[keep] / norms[keep]).to(dtype) if fit_intercept else None
-        problem: LassoProblem = SparseProblem(scaled_sparse(x_kept, norms[keep]), mu, _rows_of(y))
+        x_scaled = scaled_sparse(x_kept, norms[keep])
+        problem: LassoProblem = SparseProblem(x_scaled, mu, _rows_of(y), gram_bytes)
     else:
         problem = dense_problem(x[:, keep], norms[keep], x_mean[keep], _dense(y), y_mean)
     return Prepared(

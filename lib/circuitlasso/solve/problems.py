@@ -8,12 +8,15 @@ asks a problem for
   - `gradient(cols, W, b)`: g = X~^T r (B, p) with r = y_c - X~_W b for outputs `cols`, as a
     sparse part and a rank-one intercept term (`screen.Gradient`), plus ||r||^2 and <y_c, r>
     (float64).
-Three implementations trade memory for speed:
+Each also states its memory: `held_bytes` (what it keeps) and the bytes one output adds to a
+batch of `gradient` calls (`gradient_bytes`) and of `subproblem` calls at working-set size K
+(`subproblem_bytes`), so that the engine can size batches by a memory budget
+(`circuitlasso.solve.memory`). Three implementations trade memory for speed:
   - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
-  - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks from a dense Gram for
-    moderate p, else by one block-diagonal sparse product per batch;
-    residuals and gradients stay sparse, so a gradient costs about (active rows of r) x (nnz per
-    row of X).
+  - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks gathered from a dense Gram of
+    the scaled columns when it fits its share of the budget, else (the cheaper form in memory)
+    computed by one block-diagonal sparse product per batch of outputs; a gradient is one
+    sparse-times-dense product X~^T R over the batch's dense residuals R.
   - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
 """
 
@@ -27,22 +30,34 @@ from torch import Tensor
 from circuitlasso.solve._sparse import (
     block_products,
     csr_from_dense,
-    csr_from_padded,
     csr_rows,
     csr_transpose,
+    dense_gram,
     row_sq_sums,
     row_sums,
     scale_columns,
-    subtract,
 )
 from circuitlasso.solve.screen import Gradient
 
-GRAM_BUDGET = 2**26
-"""Entries of a (B, K, K) or (B, p) work tensor allowed at once (256 MiB in float32)."""
-DENSE_GRAM_ENTRIES = 2**24
-"""Largest p x p Gram of sparse columns kept dense (128 MiB in float64)."""
+DENSE_GATHER_ENTRIES = 2**26
+"""Entries of X~_W gathered at once by `DenseProblem.subproblem` (512 MiB in float64)."""
+SMALL_GRAM_ENTRIES = 2**24
+"""A dense Gram of sparse columns this small (128 MiB in float64) is built for any number of
+outputs; a larger one only for at least GRAM_MIN_OUTPUTS outputs (building it costs about what
+the block-diagonal products of that many outputs cost)."""
+GRAM_MIN_OUTPUTS = 64
 BLOCK_OUTPUTS = 256
 """Outputs per block-diagonal sparse product (larger ones sort more entries at once)."""
+F64 = 8
+
+
+def _nbytes(t: Tensor | None) -> int:
+    if t is None:
+        return 0
+    if t.layout == torch.sparse_csr:
+        parts = (t.crow_indices(), t.col_indices(), t.values())
+        return sum(p.numel() * p.element_size() for p in parts)
+    return t.numel() * t.element_size()
 
 
 class LassoProblem(Protocol):
@@ -54,6 +69,8 @@ class LassoProblem(Protocol):
     """(d,) float64 squared norm of each centered target."""
     mu: Tensor | None
     """(p,) means of the scaled columns when centering is implicit (see `Gradient`), else None."""
+    held_bytes: int
+    """Bytes the problem keeps in memory."""
 
     def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
         """For outputs `cols` (B,) with index sets W (B, K): Gram blocks X~_W^T X~_W (B, K, K)
@@ -63,6 +80,14 @@ class LassoProblem(Protocol):
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
         """For outputs `cols` (B,) with coefficients b (B, K) on features W (B, K): X~^T r (B, p),
         ||r||^2 (B,) and <y_c, r> (B,), r = y_c - X~_W b. Padding entries carry b = 0."""
+        ...
+
+    def gradient_bytes(self) -> int:
+        """Bytes one output adds to a `gradient` call (the result included)."""
+        ...
+
+    def subproblem_bytes(self, K: int) -> int:
+        """Bytes one output with a working set of K features adds to a `subproblem` call."""
         ...
 
 
@@ -80,6 +105,7 @@ class GramProblem:
         self.n_outputs = cross_t.shape[0]
         self.dtype = gram.dtype
         self.mu: Tensor | None = None
+        self.held_bytes = _nbytes(gram) + _nbytes(cross_t)
 
     def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
         return self.G[W.unsqueeze(2), W.unsqueeze(1)], self.Ct[cols].gather(1, W)
@@ -91,6 +117,12 @@ class GramProblem:
         bGb = (Gb.gather(1, W).double() * b.double()).sum(1)
         yty = self.yty[cols]
         return Gradient(csr_from_dense(c - Gb), None), yty - 2 * cb + bGb, yty - cb
+
+    def gradient_bytes(self) -> int:
+        return 6 * F64 * self.n_features
+
+    def subproblem_bytes(self, K: int) -> int:
+        return F64 * K * (K + 1)
 
 
 class DenseProblem:
@@ -104,12 +136,13 @@ class DenseProblem:
         self.n_outputs = y_centered_t.shape[0]
         self.dtype = x_scaled.dtype
         self.mu: Tensor | None = None
+        self.held_bytes = _nbytes(self.Xt) + _nbytes(self.Yt)
 
     def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
         B, K = W.shape
         gram = torch.empty(B, K, K, dtype=self.Xt.dtype, device=self.Xt.device)
         cross = torch.empty(B, K, dtype=self.Xt.dtype, device=self.Xt.device)
-        step = max(1, GRAM_BUDGET // max(1, K * self.n_obs))
+        step = max(1, DENSE_GATHER_ENTRIES // max(1, K * self.n_obs))
         for start in range(0, B, step):
             part = slice(start, start + step)
             x = self.Xt[W[part]]  # (b, K, M)
@@ -124,33 +157,50 @@ class DenseProblem:
         yr = (y.double() * r.double()).sum(1)
         return Gradient(csr_from_dense(r @ self.Xt.t()), None), rr, yr
 
+    def gradient_bytes(self) -> int:
+        return F64 * (3 * self.n_obs + 4 * self.n_features)
+
+    def subproblem_bytes(self, K: int) -> int:
+        return F64 * K * (K + 1)
+
 
 class SparseProblem:
     """Sparse X~ (CSR). Centering, when asked, is implicit: X~ = X_s - 1 mu^T, never densified.
 
     x_scaled: (M, p) CSR of the scaled uncentered columns X_s; mu: (p,) column means of X_s or
-    None (no intercept); y_t: (d, M) targets as CSR rows or dense rows, uncentered.
+    None (no intercept); y_t: (d, M) targets as CSR rows or dense rows, uncentered;
+    gram_bytes: the most memory a dense Gram of the scaled columns may take.
     Products run in float64 whatever the inputs' dtype: X is small next to the work on it, and
     the certificate then sees the same numbers as the subproblems, not two float32 roundings.
-    Gram blocks come from the dense Gram of the scaled columns when it is small (p^2 <=
-    DENSE_GRAM_ENTRIES), else from one block-diagonal sparse product per batch of outputs.
+    Gram blocks are gathered from the dense Gram X_s^T X_s when it fits `gram_bytes` (float64,
+    or float32 where only that fits; see SMALL_GRAM_ENTRIES for when it is worth building),
+    else computed by one block-diagonal sparse product per batch of outputs.
     """
 
-    def __init__(self, x_scaled: Tensor, mu: Tensor | None, y_t: Tensor) -> None:
+    def __init__(self, x_scaled: Tensor, mu: Tensor | None, y_t: Tensor, gram_bytes: int) -> None:
         self.Xs = x_scaled.to(torch.float64)
         self.Xst = csr_transpose(self.Xs)
-        p = x_scaled.shape[1]
-        self.G = (self.Xst @ self.Xs).to_dense() if p * p <= DENSE_GRAM_ENTRIES else None
-        self.mu = mu.double() if mu is not None else None
-        self.Yt = y_t
         self.n_obs, self.n_features = x_scaled.shape
         self.n_outputs = y_t.shape[0]
+        self.G = self._dense_gram(gram_bytes)
+        self.mu = mu.double() if mu is not None else None
+        self.Yt = y_t
         self.dtype = x_scaled.dtype
         self.sparse_y = y_t.layout == torch.sparse_csr
         self.yty_raw = row_sq_sums(y_t) if self.sparse_y else (y_t.double() ** 2).sum(1)
         y_sum = _row_sums(y_t)
         self.ybar = y_sum / self.n_obs if mu is not None else None
         self.yty = self.yty_raw - (y_sum**2 / self.n_obs if mu is not None else 0.0)
+        self.held_bytes = _nbytes(self.Xs) + _nbytes(self.Xst) + _nbytes(self.G) + _nbytes(y_t)
+
+    def _dense_gram(self, gram_bytes: int) -> Tensor | None:
+        p = self.n_features
+        if p * p > SMALL_GRAM_ENTRIES and self.n_outputs < GRAM_MIN_OUTPUTS:
+            return None
+        for dtype in (torch.float64, torch.float32):
+            if p * p * dtype.itemsize <= gram_bytes:
+                return dense_gram(self.Xst, self.Xs, dtype)
+        return None
 
     def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
         B, K = W.shape
@@ -178,23 +228,23 @@ class SparseProblem:
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
         M = self.n_obs
-        y = self._target_rows(cols)
-        fitted = csr_from_padded(W, b.double(), self.n_features) @ self.Xst  # (B, M) CSR
-        fitted_sq = row_sq_sums(fitted)
-        if self.sparse_y:
-            u = subtract(y, fitted)
-            g = u @ self.Xs
-            u_sq, u_sum = row_sq_sums(u), _row_sums(u)
-        else:
-            u = y - fitted.to_dense()
-            g = csr_from_dense((self.Xst @ u.t()).t())
-            u_sq, u_sum = (u.double() ** 2).sum(1), u.double().sum(1)
-        yu = (self.yty_raw[cols] + u_sq - fitted_sq) / 2
+        y = self._target_rows(cols).to_dense()
+        u = y - _dense_from_padded(W, b.double(), self.n_features) @ self.Xst
+        g = csr_from_dense(u @ self.Xs)
+        u_sq, u_sum, yu = (u**2).sum(1), u.sum(1), (y * u).sum(1)
         if self.mu is None or self.ybar is None:
             return Gradient(g, None), u_sq, yu
         ubar = u_sum / M
         gradient = Gradient(g, (M * ubar).to(g.dtype))
         return gradient, u_sq - M * ubar**2, yu - M * self.ybar[cols] * ubar
+
+    def gradient_bytes(self) -> int:
+        return F64 * (4 * self.n_obs + 5 * self.n_features)
+
+    def subproblem_bytes(self, K: int) -> int:
+        gathered = K * K * (self.G.element_size() if self.G is not None else 0)
+        products = 0 if self.G is not None else 6 * F64 * K * K  # block-diagonal products
+        return F64 * (K * K + K + self.n_features) + gathered + products
 
 
 def _row_sums(y_t: Tensor) -> Tensor:

@@ -11,6 +11,8 @@ Each round has two passes over the outputs still pending:
      warm-started, to an inner gap of max(INNER_FRACTION x certified gap, tol / 2).
 Outputs with y_c = 0 are solved by b = 0 without any work; lam >= lam_max is certified at b = 0
 in the first certificate pass, so it returns exact zeros.
+Both passes batch outputs by the bytes a batch allocates, within a memory budget
+(`circuitlasso.solve.memory`); working sets stop growing where one more doubling would not fit.
 """
 
 from __future__ import annotations
@@ -25,12 +27,18 @@ from tqdm import tqdm
 
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
 from circuitlasso.solve.fista import StopRule, duality_gap, fista
-from circuitlasso.solve.problems import GRAM_BUDGET, LassoProblem
+from circuitlasso.solve.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
+from circuitlasso.solve.problems import LassoProblem
 from circuitlasso.solve.screen import Ranking, score, select
 
 MAX_ROUNDS = 200
 INNER_FRACTION = 1e-3
 """Subproblems are solved to max(INNER_FRACTION x certified gap, tol / 2)."""
+SCORE_BYTES = 20 * 8
+"""Bytes per gradient entry taken by scoring and selecting working sets (`screen`)."""
+FISTA_BYTES = 6 * 8
+"""Bytes per Gram-block entry taken by FISTA: float64 copies of Q alive at once (the batch's,
+its compaction as problems finish, the support systems and their factors)."""
 
 
 @dataclass
@@ -80,6 +88,56 @@ class _State:
         self.W[rows, :k], self.b[rows, :k] = W, b
         self.size[rows] = k
 
+    def nbytes(self, width: int | None = None) -> int:
+        """Bytes of W and b at `width` (default: the current one), twice over while padding."""
+        k = self.W.shape[1] if width is None else width
+        return 2 * self.W.shape[0] * k * (8 + self.b.element_size())
+
+
+class _Budget:
+    """Batch sizes of a solve within `memory` bytes: the problem and the working sets are held;
+    the rest is shared by the outputs of one batch."""
+
+    def __init__(self, problem: LassoProblem, memory: int, state: _State) -> None:
+        self.problem, self.memory, self.state = problem, memory, state
+        self.held = problem.held_bytes + 16 * 8 * problem.n_outputs  # (d,) vectors of the solve
+
+    def _free(self, width: int | None = None) -> int:
+        return int(PLANNED_SHARE * self.memory) - self.held - self.state.nbytes(width)
+
+    def _certificate_bytes(self) -> int:
+        return self.problem.gradient_bytes() + SCORE_BYTES * self.problem.n_features
+
+    def _solve_bytes(self, k: int) -> int:
+        return self.problem.subproblem_bytes(k) + FISTA_BYTES * k * k
+
+    def certificate_batch(self) -> int:
+        return batch_size(self._free(), self._certificate_bytes())
+
+    def solve_batch(self, k: int) -> int:
+        return batch_size(self._free(), self._solve_bytes(k))
+
+    def largest_set(self, ws_start: int) -> int:
+        """The largest working-set size (a power of two, or p) one output can have in budget."""
+        p, k = self.problem.n_features, min(ws_start, self.problem.n_features)
+        while k < p and self._solve_bytes(min(2 * k, p)) <= self._free(min(2 * k, p)):
+            k = min(2 * k, p)
+        return k
+
+    def check(self, ws_start: int) -> None:
+        """MemoryBudgetError unless the problem, the working sets at `ws_start` and one output's
+        batch work fit."""
+        k = min(ws_start, self.problem.n_features)
+        work = max(self._certificate_bytes(), self._solve_bytes(k))
+        if self._free(k) >= work:
+            return
+        need = (self.held + self.state.nbytes(k) + work) / PLANNED_SHARE
+        raise MemoryBudgetError(
+            f"this solve needs at least {gib(need)} (the problem holds {gib(self.held)}, one "
+            f"output's work takes {gib(work)}) but its memory budget is {gib(self.memory)}: "
+            "raise memory_gib, or solve fewer outputs or predictors at once"
+        )
+
 
 def solve_working_sets(
     problem: LassoProblem,
@@ -89,16 +147,16 @@ def solve_working_sets(
     tol: float,
     stop: StopRule,
     max_iter: int,
+    memory: int,
     init: tuple[Tensor, Tensor] | None = None,
     ws_start: int = 16,
-    chunk_size: int | None = None,
     progress: bool = False,
 ) -> WorkingSetSolution:
     """Solve min_b ||y_c - X~ b||^2/(2M) + lam_j sum_k omega_k |b_k| for every output j.
 
     lam: (d,) float64 > 0 where y_c != 0; omega: (p,) float64 > 0 feature weights;
-    init: optional warm start (W (d, K), b (d, K)) in scaled coordinates, W sorted along each
-    row wherever b != 0.
+    memory: the budget in bytes (see `_Budget`); init: optional warm start (W (d, K), b (d, K))
+    in scaled coordinates, W sorted along each row wherever b != 0.
     """
     M, p, d = problem.n_obs, problem.n_features, problem.n_outputs
     device = lam.device
@@ -107,6 +165,8 @@ def solve_working_sets(
     yty = problem.yty
     tol_abs = tol * yty / M
     state = _State(d, work_dtype, device)
+    budget = _Budget(problem, memory, state)
+    budget.check(ws_start)
     if init is not None:
         W0, b0 = padded_rows(csr_from_padded(init[0], init[1].to(work_dtype), p))
         state.put(torch.arange(d, device=device), W0, b0)
@@ -118,14 +178,17 @@ def solve_working_sets(
     inner_converged = torch.zeros_like(converged)
     inner_tol = tol_abs.clone() if stop == "gap" else torch.full_like(yty, tol)
     pending = (~converged).nonzero().squeeze(1)
-    chunk = chunk_size or max(16, min(8192, GRAM_BUDGET // max(1, 4 * p)))
+    largest = budget.largest_set(ws_start)
     bar = tqdm(total=d, disable=not progress, desc="lasso outputs", unit="output")
     bar.update(d - pending.numel())
     ranking = Ranking(problem.mu, omega)
     for _ in range(MAX_ROUNDS):
         still = []
-        for start in range(0, pending.numel(), chunk):
+        start = 0
+        while start < pending.numel():
+            chunk = budget.certificate_batch()
             cols = pending[start : start + chunk]
+            start += chunk
             size = state.size[cols]
             k = int(size.max()) if cols.numel() else 0
             W, b = state.W[cols, :k], state.b[cols, :k]
@@ -148,7 +211,7 @@ def solve_working_sets(
             bar.update(int(ok.sum()))
             if redo.numel():
                 support = (b[redo] != 0).sum(1)
-                new_size = _next_size(support, c.violators[redo], size[redo], ws_start, p)
+                new_size = _next_size(support, c.violators[redo], size[redo], ws_start, largest)
                 for rows, new_W, new_b in select(c, W, valid, b, new_size, redo):
                     state.put(cols[rows], new_W, new_b)
                 still.append(cols[redo])
@@ -157,6 +220,7 @@ def solve_working_sets(
         pending = torch.cat(still)
         _solve_buckets(
             problem,
+            budget,
             state,
             pending,
             lam,
@@ -173,17 +237,19 @@ def solve_working_sets(
 
 
 def _next_size(
-    support: Tensor, violators: Tensor, previous: Tensor, ws_start: int, p: int
+    support: Tensor, violators: Tensor, previous: Tensor, ws_start: int, largest: int
 ) -> Tensor:
     """Working-set sizes: max(ws_start, 2 |support|, |support| + violators), at most doubling,
-    rounded up to a power of two and never shrinking (so a set can grow to the full problem)."""
+    rounded up to a power of two and never shrinking (so a set can grow to the full problem, or
+    to the `largest` the memory budget allows)."""
     target = torch.maximum(2 * support, support + violators)
     target = torch.minimum(target.clamp_min(ws_start), (2 * previous).clamp_min(ws_start))
-    return torch.maximum(_next_pow2(target), previous).clamp_max(p)
+    return torch.maximum(_next_pow2(target), previous).clamp_max(largest)
 
 
 def _solve_buckets(
     problem: LassoProblem,
+    budget: _Budget,
     state: _State,
     pending: Tensor,
     lam: Tensor,
@@ -200,17 +266,18 @@ def _solve_buckets(
     sizes = state.size[pending]
     for k in sizes.unique().tolist():
         bucket = pending[sizes == k]
-        step = max(1, GRAM_BUDGET // (k * k))
+        step = budget.solve_batch(k)
         for start in range(0, bucket.numel(), step):
             rows = bucket[start : start + step]
             W, b = state.W[rows, :k], state.b[rows, :k]
             gram, cross = problem.subproblem(rows, W)
-            Q, q = gram.double() / M, cross.double() / M
+            Q, q = gram.double().div_(M), cross.double().div_(M)
+            del gram, cross
             w = lam[rows].to(omega.dtype).unsqueeze(1) * omega[W]
-            budget = max(1, max_iter - int(n_iter[rows].min()))
+            iterations = max(1, max_iter - int(n_iter[rows].min()))
             with _threads(1 if rows.numel() * k * k < 2**20 else torch.get_num_threads()):
                 b_new, iters, ok = fista(
-                    Q, q, yty[rows] / M, w, b, inner_tol[rows], stop=stop, max_iter=budget
+                    Q, q, yty[rows] / M, w, b, inner_tol[rows], stop=stop, max_iter=iterations
                 )
             state.b[rows, :k] = b_new
             n_iter[rows] += iters

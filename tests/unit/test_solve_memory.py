@@ -1,0 +1,135 @@
+"""The solver's memory budget: batches sized by bytes, the Gram's cheaper forms, clear refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from sklearn.linear_model import Lasso
+
+import circuitlasso.solve.problems as problems_module
+from circuitlasso.solve import MemoryBudgetError, lam_max, lasso
+from circuitlasso.solve._sparse import csr_from_scipy, csr_transpose
+from circuitlasso.solve.problems import SparseProblem
+
+
+def _sparse_problem(seed: int = 0, M: int = 120, p: int = 40, d: int = 6):
+    rng = np.random.default_rng(seed)
+    X = sp.random(M, p, density=0.25, random_state=seed, format="csr")
+    A = np.zeros((p, d))
+    A[rng.choice(p, 6, replace=False)] = rng.standard_normal((6, d))
+    return X, np.asarray(X @ A) + 0.1 * rng.standard_normal((M, d)) + 0.3
+
+
+def test_gram_blocks_from_sparse_products_match_the_dense_gram_and_sklearn(monkeypatch):
+    """The cheaper form (block-diagonal sparse products, no p x p Gram) solves the same problem."""
+    X, Y = _sparse_problem()
+    lam = 0.05 * lam_max(X, Y, fit_intercept=True, normalize=False).numpy()
+    options = dict(fit_intercept=True, normalize=False, tol=1e-12, dtype=torch.float64)
+    with_gram = lasso(X, Y, lam, **options)
+    built = []
+    original = SparseProblem._dense_gram
+    monkeypatch.setattr(problems_module, "SMALL_GRAM_ENTRIES", 0)  # 6 outputs: too few for one
+    monkeypatch.setattr(
+        SparseProblem, "_dense_gram", lambda self, b: built.append(original(self, b)) or built[-1]
+    )
+    products = lasso(X, Y, lam, **options)
+    assert built == [None]
+    assert products.converged.all()
+    a, b = with_gram.coef.to_dense().numpy(), products.coef.to_dense().numpy()
+    assert np.abs(a - b).max() <= 1e-7 * np.abs(a).max()
+    for j in range(Y.shape[1]):
+        ref = Lasso(alpha=lam[j], tol=1e-14, max_iter=1_000_000).fit(X, Y[:, j])
+        assert np.abs(b[:, j] - ref.coef_).max() <= 1e-6 * np.abs(ref.coef_).max()
+
+
+def test_dense_gram_is_built_in_the_precision_that_fits():
+    X, Y = _sparse_problem(p=40, d=80)
+    x = csr_from_scipy(sp.csr_matrix(X), torch.float64, torch.device("cpu"))
+    y_t = csr_transpose(csr_from_scipy(sp.csr_matrix(Y), torch.float64, torch.device("cpu")))
+    reference = (X.T @ X).toarray()
+    p = X.shape[1]
+    for gram_bytes, dtype in [(8 * p * p, torch.float64), (8 * p * p - 1, torch.float32)]:
+        problem = SparseProblem(x, None, y_t, gram_bytes)
+        assert problem.G is not None and problem.G.dtype == dtype
+        assert np.abs(problem.G.double().numpy() - reference).max() <= 1e-6 * reference.max()
+    assert SparseProblem(x, None, y_t, 4 * p * p - 1).G is None
+
+
+def test_a_budget_too_small_for_the_problem_is_refused_before_any_work():
+    X, Y = _sparse_problem()
+    with pytest.raises(MemoryBudgetError, match=r"needs at least .* GiB .* budget is 0\.00 GiB"):
+        lasso(X, Y, 0.1, memory_gib=1e-6)
+    with pytest.raises(ValueError, match="memory_gib must be a positive number of GiB"):
+        lasso(X, Y, 0.1, memory_gib=0)
+
+
+_SOLVE = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    import numpy as np, scipy.sparse as sp, torch
+    from circuitlasso.solve import lam_max, lasso
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    M, p, d = 2000, 2048, 2048
+    X = sp.random(M, p, density=60 / p, random_state=0, format="csr", dtype=np.float32)
+    A = sp.random(p, d, density=3 / p, random_state=1, format="csc")
+    Y = sp.csc_matrix(np.maximum(np.asarray((X @ A).todense()) - 0.05, 0.0), dtype=np.float32)
+    lam = 0.05 * lam_max(X, Y).numpy()
+
+    def rss():
+        return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**30
+
+    base, peak, done = rss(), [0.0], []
+
+    def sample():
+        while not done:
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.002)
+
+    threading.Thread(target=sample, daemon=True).start()
+    options = {} if sys.argv[1] == "default" else {"memory_gib": float(sys.argv[1])}
+    result = lasso(X, Y, lam, tol=1e-6, **options)
+    done.append(True)
+    coef = result.coef.to_dense()
+    print(json.dumps({
+        "added_gib": max(peak[0], rss()) - base,
+        "objective": result.objective.tolist(),
+        "gap": result.gap.tolist(),
+        "converged": bool(result.converged.all()),
+        "coef_max": float(coef.abs().max()),
+        "coef": coef.flatten().tolist(),
+    }))
+    """
+)
+
+
+def _solve_in_a_fresh_process(budget: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _SOLVE, budget], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_a_solve_within_a_small_budget_equals_the_unconstrained_solve():
+    """2048 outputs at once take about 0.4 GiB of certificate work; under a 0.2 GiB budget the
+    same solve runs in smaller batches, stays within the budget (resident memory sampled every
+    2 ms, in a fresh process) and returns the same certified solution."""
+    budget = 0.2
+    free = _solve_in_a_fresh_process("default")
+    small = _solve_in_a_fresh_process(str(budget))
+    assert free["added_gib"] > budget  # the unconstrained solve would break this budget
+    assert small["added_gib"] <= budget
+    assert free["converged"] and small["converged"]
+    objective = np.array(free["objective"])
+    assert np.abs(np.array(small["objective"]) - objective).max() <= 1e-5 * objective.max()
+    diff = np.abs(np.array(small["coef"]) - np.array(free["coef"])).max()
+    assert diff <= 1e-3 * free["coef_max"]
