@@ -1,10 +1,16 @@
 """Solver benchmark: CircuitLasso's FISTA against scikit-learn, celer and skglm.
 
-Three problems, every method measured in the same run, same data, same penalty, same tolerance:
+Four problems, every method measured in the same run, same data, same penalty, same tolerance:
   sae      M=8551 observations, p=d=32768 SAE-like features (about 64 active per row, power-law
            frequencies); targets are a ReLU of X times a planted sparse A plus noise, biased per
            output so that rows keep tens of active outputs; lam_j = 0.05 lam_max_j on unit-norm
            columns. Ours solves all outputs; the peers a random subset (per-output time ratio).
+  dense    the same generator at p=d=24576 and the densities of token-averaged SAE features
+           (`--dense-active`, default 64, 200 and 400 active per row); ours solves
+           `--dense-outputs` random outputs at each (all 24576, a whole layer pair, where the
+           time allows), within `--memory-gib`; the added resident memory of our solve is
+           sampled. Time is also given as a multiple of one X^T Y product (the floor any
+           method that reads the data pays), per output.
   neurons  13 blocks of 64 dense neurons from a planted block-upper-triangular linear SEM,
            M=2000; ours solves all child blocks at once, scikit-learn every output separately.
   logistic M=8000 token-averaged SAE-like features, p=2048 (about 180 active per row, nonnegative,
@@ -20,7 +26,8 @@ skglm stops on KKT violation instead, so it gets tol * lam_j as that bound. Ever
 achieved gap is then recomputed here with one function, from its coefficients. For the logistic
 problem every method's objective is recomputed here and compared with the best one found.
 
-Run: python benchmarks/solver.py [--problems neurons sae logistic] [--sae-outputs N]
+Run: python benchmarks/solver.py [--problems neurons sae dense logistic] [--sae-outputs N]
+     [--dense-active 64 200 400] [--dense-outputs 24576 24576 4096] [--memory-gib 8]
      [--peer-outputs N] [--threads 2]
 Prints the tables, then one JSON line with the headline figures.
 """
@@ -29,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 import warnings
 from collections.abc import Callable
@@ -49,6 +55,7 @@ from circuitlasso.solve import (
     logistic_lasso,
     upper_triangular_parents,
 )
+from circuitlasso.timing import PeakMemory
 
 
 def make_sae_problem(
@@ -187,14 +194,31 @@ def support_f1(estimate: sp.spmatrix, truth: sp.spmatrix) -> float:
     return 2 * tp / max(est.nnz + true.nnz, 1)
 
 
-def peak_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
 def run_sae(args: argparse.Namespace) -> dict[str, float]:
-    X, Y, A = make_sae_problem(seed=args.seed)
-    M, p = X.shape
-    d = min(args.sae_outputs, Y.shape[1])
+    """The "sae" problem: p = d = 32768 at 64 active per row."""
+    figures = run_sae_like(args, "sae", 32768, 64, args.sae_outputs)
+    return {f"sae_{key}": value for key, value in figures.items()}
+
+
+def run_dense(args: argparse.Namespace) -> dict[str, float]:
+    """The "dense" problem: p = d = 24576 at each of `--dense-active` features per row."""
+    if len(args.dense_outputs) != len(args.dense_active):
+        raise ValueError("--dense-outputs needs one count per --dense-active density")
+    figures = {}
+    for active, outputs in zip(args.dense_active, args.dense_outputs, strict=True):
+        found = run_sae_like(args, f"dense{active}", 24576, active, outputs)
+        figures.update({f"dense{active}_{key}": value for key, value in found.items()})
+    return figures
+
+
+def run_sae_like(
+    args: argparse.Namespace, name: str, p: int, active_per_row: int, n_outputs: int
+) -> dict[str, float]:
+    """Ours on `n_outputs` random outputs of `make_sae_problem(p=d=p, active_per_row)`, the
+    peers on a subset of them; prints the table and returns the headline figures."""
+    X, Y, A = make_sae_problem(p=p, d=p, active_per_row=active_per_row, seed=args.seed)
+    M = X.shape[0]
+    d = min(n_outputs, Y.shape[1])
     rng = np.random.default_rng(args.seed)
     ours_cols = (
         np.sort(rng.choice(Y.shape[1], d, replace=False)) if d < Y.shape[1] else np.arange(d)
@@ -209,11 +233,13 @@ def run_sae(args: argparse.Namespace) -> dict[str, float]:
     _ = X_unit.T @ Y.astype(np.float64)
     floor = time.perf_counter() - start
 
-    start = time.perf_counter()
     lams = 0.05 * lam_max(X, Y, dtype=torch.float32).numpy()
-    ours = lasso(X, Y, lams, tol=args.tol, progress=True)
-    seconds = time.perf_counter() - start
-    peak = peak_gib()
+    with PeakMemory() as memory:
+        base = memory.reset()
+        start = time.perf_counter()
+        ours = lasso(X, Y, lams, tol=args.tol, memory_gib=args.memory_gib, progress=True)
+        seconds = time.perf_counter() - start
+        added = memory.peak_gib() - base
     coef = ours.coef.coalesce()
     idx, val = coef.indices().numpy(), coef.values().double().numpy()
     ours_coef = sp.csc_matrix((val, (idx[0], idx[1])), shape=(p, d))
@@ -227,25 +253,29 @@ def run_sae(args: argparse.Namespace) -> dict[str, float]:
     ]
     rows[0]["max achieved rel. gap (subset)"] = max(ours_gaps)
     per_output, objectives = {}, {}
-    for name, make in _peers(args.tol).items():
-        if name not in args.peers:
+    for peer, make in _peers(args.tol).items():
+        if peer not in args.peers:
             continue
-        sec, coefs, gaps = time_peer(make, X_unit, Y, lams, subset, name)
-        per_output[name] = sec
-        objectives[name] = [
+        sec, coefs, gaps = time_peer(make, X_unit, Y, lams, subset, peer)
+        per_output[peer] = sec
+        objectives[peer] = [
             lasso_objective(X_unit, _col(Y, j), coefs[:, i], lams[j]) for i, j in enumerate(subset)
         ]
-        rows.append(_row(name, sec, gaps, None))
+        rows.append(_row(peer, sec, gaps, None))
     ours_obj = np.array(
         [
             lasso_objective(X_unit, _col(Y, j), ours_unit[:, [j]].toarray().ravel(), lams[j])
             for j in subset
         ]
     )
-    best = min(per_output, key=lambda name: per_output[name]) if per_output else None
+    best = min(per_output, key=lambda peer: per_output[peer]) if per_output else None
     table = pd.DataFrame(rows).set_index("method")
     table["speedup (ours per output)"] = table["ms per output"] / (1000 * seconds / d)
-    print(f"\n== sae: M={M}, p={p}, d={d} (peers on {subset.size} outputs), tol={args.tol} ==")
+    table["x one X^T Y (per output)"] = table["ms per output"] / (1000 * floor / d)
+    print(
+        f"\n== {name}: M={M}, p={p}, {X.nnz / M:.0f} active per row, d={d} (peers on "
+        f"{subset.size} outputs), tol={args.tol} =="
+    )
     print(table.to_string(float_format=lambda v: f"{v:.3g}"))
     f1 = support_f1(ours_coef, A)
     rel_diff = (
@@ -253,17 +283,21 @@ def run_sae(args: argparse.Namespace) -> dict[str, float]:
         if "scikit-learn" in objectives
         else float("nan")
     )
+    support = ours.support_size.double()
     print(
-        f"ours: {seconds:.1f} s for {d} outputs, peak RSS {peak:.2f} GiB, support F1 vs planted "
-        f"A {f1:.3f}, X^T Y floor {floor:.2f} s (ours = {seconds / floor:.0f} x floor), "
-        f"max rel. objective diff vs scikit-learn {rel_diff:.2e}"
+        f"ours: {seconds:.1f} s for {d} outputs ({seconds * p / d / 60:.1f} min projected for "
+        f"all {p}), memory added {added:.2f} GiB (budget {args.memory_gib:g}), support mean "
+        f"{support.mean():.0f} max {support.max():.0f}, support F1 vs planted A {f1:.3f}, "
+        f"X^T Y floor {floor:.2f} s (ours = {seconds / floor:.0f} x floor), max rel. objective "
+        f"diff vs scikit-learn {rel_diff:.2e}"
     )
     return {
-        "sae_speedup_vs_best_peer": per_output[best] / (seconds / d) if best else float("nan"),
-        "sae_layer_pair_seconds": seconds,
-        "sae_peak_gib": peak,
-        "sae_support_f1": f1,
-        "sae_rel_objective_diff": rel_diff,
+        "speedup_vs_best_peer": per_output[best] / (seconds / d) if best else float("nan"),
+        "ms_per_output": 1000 * seconds / d,
+        "layer_pair_seconds": seconds * p / d,
+        "added_gib": added,
+        "support_f1": f1,
+        "rel_objective_diff": rel_diff,
     }
 
 
@@ -499,6 +533,17 @@ def main() -> None:
         "--peer-outputs", type=int, default=256, help="random outputs for the peers"
     )
     parser.add_argument("--neurons-peer-outputs", type=int, default=768)
+    parser.add_argument(
+        "--dense-active", type=int, nargs="*", default=[64, 200, 400], help="active per row"
+    )
+    parser.add_argument(
+        "--dense-outputs",
+        type=int,
+        nargs="*",
+        default=[24576, 24576, 4096],
+        help="outputs solved by ours at each --dense-active density",
+    )
+    parser.add_argument("--memory-gib", type=float, default=8.0, help="our memory budget")
     parser.add_argument("--peers", nargs="*", default=["scikit-learn", "celer", "skglm"])
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument(
@@ -506,7 +551,10 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--problems", nargs="*", default=["neurons", "sae", "logistic"], help="problems to run"
+        "--problems",
+        nargs="*",
+        default=["neurons", "sae", "dense", "logistic"],
+        help="problems to run",
     )
     parser.add_argument("--logistic-lams", type=float, nargs="*", default=[5e-4, 1e-4])
     parser.add_argument("--logistic-tol", type=float, default=1e-4)
@@ -519,21 +567,22 @@ def main() -> None:
         figures.update(run_neurons(args))
     if "sae" in args.problems:
         figures.update(run_sae(args))
+    if "dense" in args.problems:
+        figures.update(run_dense(args))
     if "logistic" in args.problems:
         figures.update(run_logistic(args))
     headline: dict[str, float] = {
-        key: figures[key]
-        for key in (
-            "sae_speedup_vs_best_peer",
-            "sae_layer_pair_seconds",
-            "sae_peak_gib",
-            "sae_support_f1",
-            "neurons_speedup_vs_sklearn",
-        )
-        if key in figures
+        key: figures[key] for key in ("neurons_speedup_vs_sklearn",) if key in figures
     }
-    diff_keys = ("sae_rel_objective_diff", "neurons_rel_objective_diff")
-    if diffs := [figures[k] for k in diff_keys if k in figures]:
+    headline.update(
+        {
+            key: value
+            for key, value in figures.items()
+            if key.startswith(("sae_", "dense")) and not key.endswith("rel_objective_diff")
+        }
+    )
+    diff_keys = [key for key in figures if key.endswith("rel_objective_diff")]
+    if diffs := [figures[k] for k in diff_keys]:
         headline["max_rel_objective_diff_vs_sklearn"] = max(diffs)
     headline.update({k: v for k, v in figures.items() if k.startswith("logistic_")})
     print(json.dumps({k: float(f"{float(v):.6g}") for k, v in headline.items()}))

@@ -1,7 +1,11 @@
-"""Wall-clock seconds of a run's named stages, shared by every stage of the pipeline."""
+"""Wall-clock seconds of a run's named stages, shared by every stage of the pipeline, and the
+peak resident memory of a block of work."""
 
 from __future__ import annotations
 
+import os
+import resource
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,3 +48,57 @@ class Stopwatch:
     def table(self) -> pd.DataFrame:
         """One column ``seconds`` (to 0.1 s), a row per stage."""
         return pd.Series(self.laps, name="seconds", dtype=float).round(1).to_frame()
+
+
+class PeakMemory:
+    """Peak resident memory (GiB) of this process since the last :meth:`reset`, sampled every
+    ``interval`` seconds by a daemon thread (a spike shorter than that can be missed). Reads
+    ``/proc/self/statm`` (Linux); elsewhere only the process's peak so far is known.
+
+    Use as a context manager, or :meth:`close` it when done.
+    """
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self._linux = os.path.exists("/proc/self/statm")
+        self._peak = self.resident_gib()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def process_peak_gib() -> float:
+        """The process's peak resident GiB so far (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / (2**30 if os.uname().sysname == "Darwin" else 2**20)
+
+    def resident_gib(self) -> float:
+        """Resident GiB now (the process's peak so far where /proc is missing)."""
+        if not self._linux:
+            return self.process_peak_gib()
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._peak = max(self._peak, self.resident_gib())
+
+    def reset(self) -> float:
+        """Start a new measurement; returns the resident GiB it starts from."""
+        self._peak = self.resident_gib()
+        return self._peak
+
+    def peak_gib(self) -> float:
+        """Peak resident GiB since the last reset, this moment included."""
+        self._peak = max(self._peak, self.resident_gib())
+        return self._peak
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> PeakMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

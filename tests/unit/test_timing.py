@@ -1,9 +1,13 @@
-"""The stopwatch: stages closed by lap and by block, against a fake clock."""
+"""The stopwatch: stages closed by lap and by block, against a fake clock; the memory sampler."""
 
+import sys
+import time
+
+import numpy as np
 import pytest
 
 from circuitlasso import timing
-from circuitlasso.timing import Stopwatch
+from circuitlasso.timing import PeakMemory, Stopwatch
 
 
 def test_laps_and_blocks_time_consecutive_stages(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,3 +31,15 @@ def test_a_stage_is_timed_once() -> None:
         clock.lap("fit")
     with pytest.raises(ValueError, match="already timed"), clock.timed("fit"):
         pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="samples /proc/self/statm")
+def test_peak_memory_sees_a_block_freed_before_it_is_read() -> None:
+    with PeakMemory(interval=0.001) as memory:
+        start = memory.reset()
+        block = np.ones(2**27 // 8)  # 128 MiB, every page touched
+        time.sleep(0.05)
+        del block
+        assert memory.peak_gib() - start >= 0.1
+        assert memory.resident_gib() < memory.peak_gib() - 0.1
+        assert memory.reset() < start + 0.1

@@ -1,0 +1,94 @@
+"""The paper-scale benchmark (benchmarks/paper_scale.py) end to end at a tiny size."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from circuitlasso import cache
+from circuitlasso.solve import MemoryBudgetError
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "paper_scale.py"
+TINY = ["--sentences", "40", "--width", "256", "--layers", "3", "--d-model", "64",
+        "--n-heads", "4", "--n-ctx", "128", "--min-prompts", "2", "--threads", "1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def paper_scale():
+    spec = importlib.util.spec_from_file_location("paper_scale_benchmark", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CoLA's zip is copied from the mirror into a cache of the test's own."""
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+
+
+def test_saes_are_unit_norm_tied_and_seeded_per_layer(paper_scale) -> None:
+    saes = paper_scale.make_saes(n_layers=2, d_model=16, width=64, k=4, seed=3)
+    assert [sae.cfg.metadata.hook_name for sae in saes.values()] == [
+        "blocks.0.hook_resid_post",
+        "blocks.1.hook_resid_post",
+    ]
+    for sae in saes.values():
+        torch.testing.assert_close(sae.W_dec.norm(dim=1), torch.ones(64))
+        torch.testing.assert_close(sae.W_enc, sae.W_dec.T)
+        assert not sae.b_enc.any() and not sae.b_dec.any()
+        features = sae.encode(torch.randn(5, 16))
+        assert ((features > 0).sum(1) <= 4).all() and ((features > 0).sum(1) > 0).all()
+    assert not torch.equal(saes[0].W_dec, saes[1].W_dec)
+    again = paper_scale.make_saes(n_layers=2, d_model=16, width=64, k=4, seed=3)
+    torch.testing.assert_close(again[1].W_dec, saes[1].W_dec)
+
+
+def test_every_pair_runs_and_the_json_line_sums_the_stages(paper_scale, capsys) -> None:
+    stages, summary = paper_scale.run(paper_scale.parse_args(TINY))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert paper_scale.STAND_IN in lines
+    assert "projected" not in " ".join(lines)  # every pair was measured
+    stage_names = ["load model + SAEs", "collect", "label fit", "pair 0->1", "pair 1->2", "trace"]
+    assert list(summary["stage_seconds"]) == stage_names
+    assert all(seconds > 0 for seconds in summary["stage_seconds"].values())
+    assert summary["total_seconds"] == pytest.approx(sum(summary["stage_seconds"].values()))
+    assert summary["pairs_measured"] == [1, 2]
+    assert summary["layer_pair_seconds_median"] == pytest.approx(
+        (summary["stage_seconds"]["pair 0->1"] + summary["stage_seconds"]["pair 1->2"]) / 2
+    )
+    assert summary["peak_gib"] >= max(row["peak_gib"] for row in stages.rows.values()) * 0.99
+    for name in ("pair 0->1", "pair 1->2"):
+        row = stages.rows[name]
+        assert row["outputs"] == 256 and row["nonzero"] > 0 and row["converged"] == 1.0
+        assert row["outputs_per_s"] == pytest.approx(256 / row["seconds"])
+        assert 0 < row["active"] <= 256
+    assert stages.rows["collect"]["outputs"] == 40
+
+
+def test_a_subset_of_pairs_is_projected_and_the_last_line_is_json(paper_scale, capsys) -> None:
+    summary = paper_scale.main([*TINY, "--pairs", "2"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(lines[-1]) == paper_scale.rounded(summary)
+    assert set(summary) == {
+        "total_seconds",
+        "peak_gib",
+        "stage_seconds",
+        "layer_pair_seconds_median",
+        "pairs_measured",
+        "projected_total_seconds_all_pairs",
+    }
+    measured = summary["stage_seconds"]["pair 1->2"]
+    assert "pair 0->1" not in summary["stage_seconds"]
+    assert summary["projected_total_seconds_all_pairs"] == pytest.approx(
+        summary["total_seconds"] + measured
+    )
+    assert any(line.startswith("projected, not measured") for line in lines)
+    assert any("went down 1 of 2 layers" in line for line in lines)
+
+
+def test_the_memory_budget_reaches_the_layer_pair_solver(paper_scale) -> None:
+    with pytest.raises(MemoryBudgetError, match="memory budget is 0.00 GiB"):
+        paper_scale.run(paper_scale.parse_args([*TINY, "--pairs", "1", "--memory-gib", "1e-6"]))
