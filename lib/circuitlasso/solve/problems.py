@@ -28,12 +28,14 @@ from torch import Tensor
 
 from circuitlasso.solve._sparse import (
     block_products,
+    csr_from_padded,
     csr_rows,
     csr_transpose,
     dense_gram,
     row_sq_sums,
     row_sums,
     scale_columns,
+    sparse_product,
 )
 
 DENSE_GATHER_ENTRIES = 2**26
@@ -222,7 +224,7 @@ class SparseProblem:
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         M = self.n_obs
         y = self._target_rows(cols).to_dense()
-        u = y - _dense_from_padded(W, b.double(), self.n_features) @ self.Xst
+        u = y - sparse_product(csr_from_padded(W, b.double(), self.n_features), self.Xst)
         g = u @ self.Xs
         u_sq, u_sum, yu = (u**2).sum(1), u.sum(1), (y * u).sum(1)
         if self.mu is None or self.ybar is None:
