@@ -30,13 +30,6 @@ def csr_from_parts(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int
         return torch.sparse_csr_tensor(crow, col, val, size=shape)
 
 
-def csr_from_dense(a: Tensor) -> Tensor:
-    """A dense (n, m) tensor as CSR (exact zeros dropped), without torch's beta notices."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return a.to_sparse_csr()
-
-
 def row_ids(csr: Tensor) -> Tensor:
     """(nnz,) row index of every stored entry of a CSR tensor."""
     crow = csr.crow_indices()
@@ -150,25 +143,22 @@ GRAM_CHUNK_ENTRIES = 2**24
 
 
 def dense_gram(xt: Tensor, x: Tensor, dtype: torch.dtype) -> Tensor:
-    """Dense X^T X (p, p) in `dtype` from CSR X (M, p) and its transpose xt (p, M), by row chunks.
-
-    On the CPU the sparse products run in scipy, several times faster there than torch's.
-    """
+    """Dense X^T X (p, p) in `dtype` from CSR X (M, p) and its transpose xt (p, M), by chunks."""
     p = xt.shape[0]
     out = torch.empty(p, p, dtype=dtype, device=xt.device)
     step = max(1, GRAM_CHUNK_ENTRIES // max(1, p))
-    on_cpu = xt.device.type == "cpu"
-    if on_cpu:
-        xt_s, x_s = _scipy_csr(xt), _scipy_csr(x)
     for start in range(0, p, step):
-        stop = min(p, start + step)
-        if on_cpu:
-            block = torch.from_numpy((xt_s[start:stop] @ x_s).toarray())
-        else:
-            rows = torch.arange(start, stop, device=xt.device)
-            block = (csr_rows(xt, rows) @ x).to_dense()
-        out[start:stop] = block.to(dtype)
+        rows = torch.arange(start, min(p, start + step), device=xt.device)
+        out[start : start + step] = sparse_product(csr_rows(xt, rows), x).to(dtype)
     return out
+
+
+def sparse_product(a: Tensor, b: Tensor) -> Tensor:
+    """Dense a @ b (n, m) of CSR a (n, k) and CSR b (k, m). On the CPU the product runs in
+    scipy, several times faster there than torch's."""
+    if a.device.type != "cpu":
+        return (a @ b).to_dense()
+    return torch.from_numpy((_scipy_csr(a) @ _scipy_csr(b)).toarray())
 
 
 def _scipy_csr(csr: Tensor) -> sp.csr_matrix:

@@ -12,8 +12,8 @@ from circuitlasso.solve._inputs import Matrix
 from circuitlasso.solve.fista import StopRule
 from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, batch_size, budget_bytes, gram_share
 from circuitlasso.solve.prepare import Prepared, check_lam, prepare, scaled_init
-from circuitlasso.solve.screen import Ranking, score
-from circuitlasso.solve.workset import WorkingSetSolution, solve_working_sets
+from circuitlasso.solve.screen import score
+from circuitlasso.solve.workset import SCORE_BYTES, WorkingSetSolution, solve_working_sets
 
 
 class ConvergenceWarning(UserWarning):
@@ -177,19 +177,19 @@ def lam_max(
 
 
 def prepared_lam_max(prepared: Prepared, normalize: bool) -> Tensor:
+    """(d,) lam_max of every output of a prepared problem: its largest KKT score at b = 0."""
     problem = prepared.problem
     omega = prepared.omega(normalize)
     device = omega.device
     out = torch.zeros(problem.n_outputs, dtype=torch.float64, device=device)
-    step = batch_size(2**28, problem.gradient_bytes())
-    ranking = Ranking(problem.mu, omega)
+    step = batch_size(2**28, problem.gradient_bytes() + SCORE_BYTES * problem.n_features)
     for start in range(0, problem.n_outputs, step):
         cols = torch.arange(start, min(start + step, problem.n_outputs), device=device)
         W = torch.zeros(cols.numel(), 0, dtype=torch.int64, device=device)
         b = torch.zeros(W.shape, dtype=problem.dtype, device=device)
         grad, _, _ = problem.gradient(cols, W, b)
         ones = torch.ones(cols.numel(), dtype=torch.float64, device=device)
-        out[cols] = score(grad, ranking, W, W.bool(), ones, 1).max_score / problem.n_obs
+        out[cols] = score(grad, omega, W, W.bool(), ones).max_score / problem.n_obs
     return out
 
 

@@ -5,9 +5,8 @@ and scaled to unit l2 norm, and targets y_j (centered likewise). The working-set
 asks a problem for
   - `subproblem(cols, W)`: Gram blocks X~_W^T X~_W (B, K, K) and cross products X~_W^T y_c
     (B, K) for outputs `cols` (B,) and their index sets W (B, K), and
-  - `gradient(cols, W, b)`: g = X~^T r (B, p) with r = y_c - X~_W b for outputs `cols`, as a
-    sparse part and a rank-one intercept term (`screen.Gradient`), plus ||r||^2 and <y_c, r>
-    (float64).
+  - `gradient(cols, W, b)`: g = X~^T r (B, p) dense with r = y_c - X~_W b for outputs `cols`,
+    plus ||r||^2 and <y_c, r> (float64).
 Each also states its memory: `held_bytes` (what it keeps) and the bytes one output adds to a
 batch of `gradient` calls (`gradient_bytes`) and of `subproblem` calls at working-set size K
 (`subproblem_bytes`), so that the engine can size batches by a memory budget
@@ -29,15 +28,15 @@ from torch import Tensor
 
 from circuitlasso.solve._sparse import (
     block_products,
-    csr_from_dense,
+    csr_from_padded,
     csr_rows,
     csr_transpose,
     dense_gram,
     row_sq_sums,
     row_sums,
     scale_columns,
+    sparse_product,
 )
-from circuitlasso.solve.screen import Gradient
 
 DENSE_GATHER_ENTRIES = 2**26
 """Entries of X~_W gathered at once by `DenseProblem.subproblem` (512 MiB in float64)."""
@@ -67,8 +66,6 @@ class LassoProblem(Protocol):
     dtype: torch.dtype
     yty: Tensor
     """(d,) float64 squared norm of each centered target."""
-    mu: Tensor | None
-    """(p,) means of the scaled columns when centering is implicit (see `Gradient`), else None."""
     held_bytes: int
     """Bytes the problem keeps in memory."""
 
@@ -77,7 +74,7 @@ class LassoProblem(Protocol):
         and cross products X~_W^T y_c (B, K)."""
         ...
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """For outputs `cols` (B,) with coefficients b (B, K) on features W (B, K): X~^T r (B, p),
         ||r||^2 (B,) and <y_c, r> (B,), r = y_c - X~_W b. Padding entries carry b = 0."""
         ...
@@ -104,19 +101,18 @@ class GramProblem:
         self.n_features = gram.shape[0]
         self.n_outputs = cross_t.shape[0]
         self.dtype = gram.dtype
-        self.mu: Tensor | None = None
         self.held_bytes = _nbytes(gram) + _nbytes(cross_t)
 
     def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
         return self.G[W.unsqueeze(2), W.unsqueeze(1)], self.Ct[cols].gather(1, W)
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         c = self.Ct[cols]
         Gb = _dense_from_padded(W, b, self.n_features) @ self.G
         cb = (c.gather(1, W).double() * b.double()).sum(1)
         bGb = (Gb.gather(1, W).double() * b.double()).sum(1)
         yty = self.yty[cols]
-        return Gradient(csr_from_dense(c - Gb), None), yty - 2 * cb + bGb, yty - cb
+        return c - Gb, yty - 2 * cb + bGb, yty - cb
 
     def gradient_bytes(self) -> int:
         return 6 * F64 * self.n_features
@@ -135,7 +131,6 @@ class DenseProblem:
         self.n_features, self.n_obs = self.Xt.shape
         self.n_outputs = y_centered_t.shape[0]
         self.dtype = x_scaled.dtype
-        self.mu: Tensor | None = None
         self.held_bytes = _nbytes(self.Xt) + _nbytes(self.Yt)
 
     def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
@@ -150,12 +145,12 @@ class DenseProblem:
             cross[part] = (x @ self.Yt[cols[part]].unsqueeze(2)).squeeze(2)
         return gram, cross
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         y = self.Yt[cols]
         r = y - _dense_from_padded(W, b, self.n_features) @ self.Xt
         rr = (r.double() ** 2).sum(1)
         yr = (y.double() * r.double()).sum(1)
-        return Gradient(csr_from_dense(r @ self.Xt.t()), None), rr, yr
+        return r @ self.Xt.t(), rr, yr
 
     def gradient_bytes(self) -> int:
         return F64 * (3 * self.n_obs + 4 * self.n_features)
@@ -226,17 +221,17 @@ class SparseProblem:
         """Targets of outputs `cols` (B,) as float64 rows (B, M): CSR or dense, as stored."""
         return (csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]).to(torch.float64)
 
-    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Gradient, Tensor, Tensor]:
+    def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         M = self.n_obs
         y = self._target_rows(cols).to_dense()
-        u = y - _dense_from_padded(W, b.double(), self.n_features) @ self.Xst
-        g = csr_from_dense(u @ self.Xs)
+        u = y - sparse_product(csr_from_padded(W, b.double(), self.n_features), self.Xst)
+        g = u @ self.Xs
         u_sq, u_sum, yu = (u**2).sum(1), u.sum(1), (y * u).sum(1)
         if self.mu is None or self.ybar is None:
-            return Gradient(g, None), u_sq, yu
-        ubar = u_sum / M
-        gradient = Gradient(g, (M * ubar).to(g.dtype))
-        return gradient, u_sq - M * ubar**2, yu - M * self.ybar[cols] * ubar
+            return g, u_sq, yu
+        ubar = u_sum / M  # X~ = X_s - 1 mu^T: X~^T u = X_s^T u - (M ubar) mu
+        g -= (M * ubar).unsqueeze(1) * self.mu.unsqueeze(0)
+        return g, u_sq - M * ubar**2, yu - M * self.ybar[cols] * ubar
 
     def gradient_bytes(self) -> int:
         return F64 * (4 * self.n_obs + 5 * self.n_features)

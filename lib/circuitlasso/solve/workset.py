@@ -1,8 +1,8 @@
 """Working-set engine: certify every output on the full problem, solve small subproblems.
 
 Each round has two passes over the outputs still pending:
-  1. Certificate (chunks of outputs): the full gradient g = X~^T r, kept sparse and scored by
-     `screen`, gives the duality gap on the whole problem. Outputs within tolerance are done.
+  1. Certificate (batches of outputs): the full gradient g = X~^T r, scored by `screen`,
+     gives the duality gap on the whole problem. Outputs within tolerance are done.
      The others get a new working set: their current support plus the features with the
      largest KKT scores |g_k| / (M w_k), sized to max(ws_start, 2 |support|, |support| +
      violators) rounded up to a power of two (celer's rule, at most doubling and never
@@ -29,12 +29,12 @@ from circuitlasso.solve._sparse import csr_from_padded, padded_rows
 from circuitlasso.solve.fista import StopRule, duality_gap, fista
 from circuitlasso.solve.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve.problems import LassoProblem
-from circuitlasso.solve.screen import Ranking, score, select
+from circuitlasso.solve.screen import score, select
 
 MAX_ROUNDS = 200
 INNER_FRACTION = 1e-3
 """Subproblems are solved to max(INNER_FRACTION x certified gap, tol / 2)."""
-SCORE_BYTES = 20 * 8
+SCORE_BYTES = 6 * 8
 """Bytes per gradient entry taken by scoring and selecting working sets (`screen`)."""
 FISTA_BYTES = 6 * 8
 """Bytes per Gram-block entry taken by FISTA: float64 copies of Q alive at once (the batch's,
@@ -181,7 +181,6 @@ def solve_working_sets(
     largest = budget.largest_set(ws_start)
     bar = tqdm(total=d, disable=not progress, desc="lasso outputs", unit="output")
     bar.update(d - pending.numel())
-    ranking = Ranking(problem.mu, omega)
     for _ in range(MAX_ROUNDS):
         still = []
         start = 0
@@ -194,8 +193,7 @@ def solve_working_sets(
             W, b = state.W[cols, :k], state.b[cols, :k]
             valid = torch.arange(k, device=device).unsqueeze(0) < size.unsqueeze(1)
             grad, rr, yr = problem.gradient(cols, W, b)
-            wanted = int(_next_pow2(torch.tensor(max(ws_start, 2 * k))))
-            c = score(grad, ranking, W, valid, 1.0 / (M * lam[cols]), wanted)
+            c = score(grad, omega, W, valid, 1.0 / (M * lam[cols]))
             l1 = (lam[cols].unsqueeze(1) * omega[W] * b.double().abs()).sum(1)
             s_max = torch.where(c.max_score > 0, 1.0 / c.max_score, torch.inf)
             gap_c, obj_c = duality_gap(rr / M, yr / M, l1, s_max)
