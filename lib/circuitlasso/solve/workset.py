@@ -34,7 +34,7 @@ from circuitlasso.solve.screen import score, select
 MAX_ROUNDS = 200
 INNER_FRACTION = 1e-3
 """Subproblems are solved to max(INNER_FRACTION x certified gap, tol / 2)."""
-SCORE_BYTES = 6 * 8
+SCORE_BYTES = 12 * 8
 """Bytes per gradient entry taken by scoring and selecting working sets (`screen`)."""
 FISTA_BYTES = 6 * 8
 """Bytes per Gram-block entry taken by FISTA: float64 copies of Q alive at once (the batch's,
