@@ -28,7 +28,7 @@ problem every method's objective is recomputed here and compared with the best o
 
 Run: python benchmarks/solver.py [--problems neurons sae dense logistic] [--sae-outputs N]
      [--dense-active 64 200 400] [--dense-outputs 24576 24576 4096] [--memory-gib 8]
-     [--peer-outputs N] [--threads 2]
+     [--peer-outputs N] [--threads 2] [--device cpu]
 Prints the tables, then one JSON line with the headline figures.
 """
 
@@ -39,6 +39,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -234,12 +235,18 @@ def run_sae_like(
     floor = time.perf_counter() - start
 
     lams = 0.05 * lam_max(X, Y, dtype=torch.float32).numpy()
+    on_gpu = torch.device(args.device).type == "cuda"
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
     with PeakMemory() as memory:
         base = memory.reset()
         start = time.perf_counter()
-        ours = lasso(X, Y, lams, tol=args.tol, memory_gib=args.memory_gib, progress=True)
+        ours = lasso(
+            X, Y, lams, tol=args.tol, memory_gib=args.memory_gib, device=args.device, progress=True
+        )
+        ours = replace(ours, coef=ours.coef.cpu(), converged=ours.converged.cpu())
         seconds = time.perf_counter() - start
-        added = memory.peak_gib() - base
+        added = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else memory.peak_gib() - base
     coef = ours.coef.coalesce()
     idx, val = coef.indices().numpy(), coef.values().double().numpy()
     ours_coef = sp.csc_matrix((val, (idx[0], idx[1])), shape=(p, d))
@@ -283,10 +290,11 @@ def run_sae_like(
         if "scikit-learn" in objectives
         else float("nan")
     )
-    support = ours.support_size.double()
+    support = ours.support_size.double().cpu()
     print(
         f"ours: {seconds:.1f} s for {d} outputs ({seconds * p / d / 60:.1f} min projected for "
-        f"all {p}), memory added {added:.2f} GiB (budget {args.memory_gib:g}), support mean "
+        f"all {p}), {'GPU memory' if on_gpu else 'memory added'} {added:.2f} GiB (budget "
+        f"{args.memory_gib:g}) on {args.device}, support mean "
         f"{support.mean():.0f} max {support.max():.0f}, support F1 vs planted A {f1:.3f}, "
         f"X^T Y floor {floor:.2f} s (ours = {seconds / floor:.0f} x floor), max rel. objective "
         f"diff vs scikit-learn {rel_diff:.2e}"
@@ -329,9 +337,10 @@ def run_neurons(args: argparse.Namespace) -> dict[str, float]:
         cols = slice(j * width, (j + 1) * width)
         lams[cols] = 0.05 * lam_max(X[:, : j * width], X[:, cols]).numpy()
     start = time.perf_counter()
-    ours = block_lasso(X, [width] * n_blocks, parents, lams, tol=args.tol, dtype=torch.float32)
+    ours = block_lasso(X, [width] * n_blocks, parents, lams, tol=args.tol, dtype=torch.float32,
+                       device=args.device)  # fmt: skip
+    A = ours.to_dense().double().cpu().numpy()
     seconds = time.perf_counter() - start
-    A = ours.to_dense().double().numpy()
     n_out = X.shape[1] - width
     rng = np.random.default_rng(args.seed)
     targets = np.sort(
@@ -544,6 +553,7 @@ def main() -> None:
         help="outputs solved by ours at each --dense-active density",
     )
     parser.add_argument("--memory-gib", type=float, default=8.0, help="our memory budget")
+    parser.add_argument("--device", default="cpu", help="where ours runs (cpu, cuda)")
     parser.add_argument("--peers", nargs="*", default=["scikit-learn", "celer", "skglm"])
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument(

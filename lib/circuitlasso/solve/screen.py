@@ -31,7 +31,7 @@ def score(g: Tensor, omega: Tensor, W: Tensor, valid: Tensor, scale: Tensor) -> 
     s = g.abs().double().mul_(scale.unsqueeze(1)).div_(omega.double())
     inside = torch.zeros(s.shape, dtype=torch.bool, device=s.device).scatter_(1, W, valid)
     violators = ((s > 1) & ~inside).sum(1)
-    max_score = s.amax(1) if s.shape[1] else torch.zeros(s.shape[0], dtype=s.dtype)
+    max_score = s.amax(1) if s.shape[1] else s.new_zeros(s.shape[0])
     return Scores(s, max_score, violators)
 
 
