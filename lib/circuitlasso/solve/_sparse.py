@@ -146,7 +146,7 @@ def dense_gram(xt: Tensor, x: Tensor, dtype: torch.dtype) -> Tensor:
     """Dense X^T X (p, p) in `dtype` from CSR X (M, p) and its transpose xt (p, M), by chunks."""
     p = xt.shape[0]
     out = torch.empty(p, p, dtype=dtype, device=xt.device)
-    step = max(1, GRAM_CHUNK_ENTRIES // max(1, p))
+    step = max(1, GRAM_CHUNK_ENTRIES // max(p, xt.shape[1]))
     for start in range(0, p, step):
         rows = torch.arange(start, min(p, start + step), device=xt.device)
         out[start : start + step] = sparse_product(csr_rows(xt, rows), x).to(dtype)
@@ -154,10 +154,12 @@ def dense_gram(xt: Tensor, x: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def sparse_product(a: Tensor, b: Tensor) -> Tensor:
-    """Dense a @ b (n, m) of CSR a (n, k) and CSR b (k, m). On the CPU the product runs in
-    scipy, several times faster there than torch's."""
+    """Dense a @ b (n, m) of CSR a (n, k) and CSR b (k, m), in memory a dense (n, k) and the
+    result take. On the CPU the product runs in scipy (two sparse operands: several times
+    faster there than torch's); elsewhere as dense a times sparse b, whose memory, unlike a
+    product of two sparse operands, does not grow with the number of partial products."""
     if a.device.type != "cpu":
-        return (a @ b).to_dense()
+        return a.to_dense() @ b
     return torch.from_numpy((_scipy_csr(a) @ _scipy_csr(b)).toarray())
 
 
