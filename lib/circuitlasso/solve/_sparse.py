@@ -30,6 +30,13 @@ def csr_from_parts(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int
         return torch.sparse_csr_tensor(crow, col, val, size=shape)
 
 
+def csr_from_dense(a: Tensor) -> Tensor:
+    """A dense (n, m) tensor as CSR (exact zeros dropped), without torch's beta notices."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return a.to_sparse_csr()
+
+
 def row_ids(csr: Tensor) -> Tensor:
     """(nnz,) row index of every stored entry of a CSR tensor."""
     crow = csr.crow_indices()

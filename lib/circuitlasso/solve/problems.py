@@ -28,6 +28,7 @@ from torch import Tensor
 
 from circuitlasso.solve._sparse import (
     block_products,
+    csr_from_dense,
     csr_from_padded,
     csr_rows,
     csr_transpose,
@@ -45,6 +46,8 @@ SMALL_GRAM_ENTRIES = 2**24
 outputs; a larger one only for at least GRAM_MIN_OUTPUTS outputs (building it costs about what
 the block-diagonal products of that many outputs cost)."""
 GRAM_MIN_OUTPUTS = 64
+SPARSE_RESIDUALS = 0.1
+"""Residuals of a batch with fewer nonzeros than this share go through a sparse product."""
 BLOCK_OUTPUTS = 256
 """Outputs per block-diagonal sparse product (larger ones sort more entries at once)."""
 F64 = 8
@@ -225,7 +228,10 @@ class SparseProblem:
         M = self.n_obs
         y = self._target_rows(cols).to_dense()
         u = y - sparse_product(csr_from_padded(W, b.double(), self.n_features), self.Xst)
-        g = u @ self.Xs
+        if int(torch.count_nonzero(u)) < SPARSE_RESIDUALS * u.numel():
+            g = sparse_product(csr_from_dense(u), self.Xs)  # cost ~ nonzeros of u, not M
+        else:
+            g = u @ self.Xs
         u_sq, u_sum, yu = (u**2).sum(1), u.sum(1), (y * u).sum(1)
         if self.mu is None or self.ybar is None:
             return g, u_sq, yu

@@ -28,7 +28,9 @@ def score(g: Tensor, omega: Tensor, W: Tensor, valid: Tensor, scale: Tensor) -> 
     """Scores |g_k| scale_j / omega_k of B outputs with gradient g (B, p), penalty weights
     omega (p,), working sets W (B, K) (`valid` marks the slots in use) and scale (B,)
     1 / (M lam_j)."""
-    s = g.abs().double().mul_(scale.unsqueeze(1)).div_(omega.double())
+    s = g.abs().double().mul_(scale.unsqueeze(1))
+    if not bool((omega == 1).all()):
+        s.div_(omega.double())
     inside = torch.zeros(s.shape, dtype=torch.bool, device=s.device).scatter_(1, W, valid)
     violators = ((s > 1) & ~inside).sum(1)
     max_score = s.amax(1) if s.shape[1] else s.new_zeros(s.shape[0])
@@ -48,7 +50,7 @@ def select(
         these = rows[size == k]
         W_k, b_k = W[these], b_ws[these]
         r, slot = (valid[these] & (b_k != 0)).nonzero(as_tuple=True)
-        priority = c.score[these].clone()
+        priority = c.score[these]  # a copy: `these` indexes
         priority[r, W_k[r, slot]] = torch.inf
         new_W = priority.topk(int(k), dim=1).indices.sort(1).values
         warm = torch.zeros(priority.shape, dtype=b_ws.dtype, device=b_ws.device)
