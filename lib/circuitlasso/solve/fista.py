@@ -8,8 +8,9 @@ scale and scaled coordinates,
 with G the Gram block and c = X~_W^T y_c. All B problems advance together: one batched
 matrix-vector product per iteration. The step is 1/L with L from a shared batched power iteration,
 checked every step by backtracking (L doubles wherever the sufficient-decrease test fails) and
-combined with gradient-based adaptive restart. Problems leave the batch as soon as they meet
-their tolerance, so the batch shrinks as it converges.
+combined with gradient-based adaptive restart. A problem's result is taken as soon as it meets
+its tolerance; the batch drops its finished problems whenever they are half of it, so it shrinks
+as it converges without copying the Gram blocks at every finish.
 """
 
 from __future__ import annotations
