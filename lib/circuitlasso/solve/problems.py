@@ -14,8 +14,8 @@ batch of `gradient` calls (`gradient_bytes`) and of `subproblem` calls at workin
   - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
   - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks gathered from a dense Gram of
     the scaled columns when it fits its share of the budget, else (the cheaper form in memory)
-    computed by one block-diagonal sparse product per batch of outputs; a gradient is one
-    sparse-times-dense product X~^T R over the batch's dense residuals R.
+    computed by one block-diagonal sparse product per batch of outputs; a gradient is X~^T R over
+    the batch's residuals R, a sparse product when R is mostly zeros.
   - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
 """
 
@@ -39,8 +39,6 @@ from circuitlasso.solve._sparse import (
     sparse_product,
 )
 
-DENSE_GATHER_ENTRIES = 2**26
-"""Entries of X~_W gathered at once by `DenseProblem.subproblem` (512 MiB in float64)."""
 SMALL_GRAM_ENTRIES = 2**24
 """A dense Gram of sparse columns this small (128 MiB in float64) is built for any number of
 outputs; a larger one only for at least GRAM_MIN_OUTPUTS outputs (building it costs about what
@@ -137,16 +135,8 @@ class DenseProblem:
         self.held_bytes = _nbytes(self.Xt) + _nbytes(self.Yt)
 
     def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
-        B, K = W.shape
-        gram = torch.empty(B, K, K, dtype=self.Xt.dtype, device=self.Xt.device)
-        cross = torch.empty(B, K, dtype=self.Xt.dtype, device=self.Xt.device)
-        step = max(1, DENSE_GATHER_ENTRIES // max(1, K * self.n_obs))
-        for start in range(0, B, step):
-            part = slice(start, start + step)
-            x = self.Xt[W[part]]  # (b, K, M)
-            gram[part] = x @ x.transpose(1, 2)
-            cross[part] = (x @ self.Yt[cols[part]].unsqueeze(2)).squeeze(2)
-        return gram, cross
+        x = self.Xt[W]  # (B, K, M): counted in subproblem_bytes
+        return x @ x.transpose(1, 2), (x @ self.Yt[cols].unsqueeze(2)).squeeze(2)
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         y = self.Yt[cols]
@@ -159,7 +149,7 @@ class DenseProblem:
         return F64 * (3 * self.n_obs + 4 * self.n_features)
 
     def subproblem_bytes(self, K: int) -> int:
-        return F64 * K * (K + 1)
+        return F64 * K * (K + 1) + self.Xt.element_size() * K * self.n_obs
 
 
 class SparseProblem:
