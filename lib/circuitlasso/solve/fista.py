@@ -44,8 +44,9 @@ def _bmv(Q: Tensor, x: Tensor) -> Tensor:
     return torch.bmm(Q, x.unsqueeze(2)).squeeze(2)
 
 
-def lipschitz(Q: Tensor, n_iter: int = 20) -> Tensor:
-    """(B,) estimate of the largest eigenvalue of each symmetric PSD block Q (B, K, K)."""
+def lipschitz(Q: Tensor, n_iter: int = 8) -> Tensor:
+    """(B,) estimate of the largest eigenvalue of each symmetric PSD block Q (B, K, K), from
+    below (FISTA's backtracking doubles it where it is too low)."""
     generator = torch.Generator(device="cpu").manual_seed(0)
     x = torch.rand(Q.shape[:2], generator=generator, dtype=Q.dtype).to(Q.device) + 0.5
     estimate = torch.zeros(Q.shape[0], dtype=Q.dtype, device=Q.device)
@@ -66,7 +67,7 @@ def fista(
     *,
     stop: StopRule = "gap",
     max_iter: int = 10_000,
-    check_every: int = 10,
+    check_every: int = 5,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Minimize F above for B problems at once.
 
@@ -74,8 +75,11 @@ def fista(
     warm start, tol: (B,) absolute gap tolerance (stop="gap") or relative objective decrease
     (stop="objective"). Every `check_every` iterations, problems whose support and signs did not
     change since the last check also try the exact solution for that support and signs
-    (`polish`); it is kept where it at least halves the gap. The iterations run in float64 (the
-    gap's cancellations sit near float32 rounding; these kernels are small, so it costs little).
+    (`polish`); it is kept where it at least halves the gap. A problem that meets its tolerance
+    tries it once more and keeps it where the gap is not larger, so that a solution does not
+    depend on when its batch happened to stop (the same support gives the same coefficients).
+    The iterations run in float64 (the gap's cancellations sit near float32 rounding; these
+    kernels are small, so it costs little).
     Returns b (B, K) in the dtype of b0, iterations (B,) and converged (B,).
     """
     out_dtype = b0.dtype
@@ -120,14 +124,15 @@ def fista(
         elif it % check_every == 0 or it == max_iter:
             gap = _restricted_gap(b, Qb, q, yty, w)
             signs = torch.sign(b)
-            stable = (signs == last_signs).all(1) & (gap > tol)
+            finishing = gap <= tol
+            stable = (signs == last_signs).all(1) & ~finishing
             last_signs = signs
-            if bool(stable.any()):
-                idx = stable.nonzero().squeeze(1)
+            if bool((stable | finishing).any()):
+                idx = (stable | finishing).nonzero().squeeze(1)
                 b_p = polish(Q[idx], q[idx], w[idx], signs[idx])
                 Qb_p = _bmv(Q[idx], b_p)
                 gap_p = _restricted_gap(b_p, Qb_p, q[idx], yty[idx], w[idx])
-                better = gap_p < 0.5 * gap[idx]
+                better = torch.where(finishing[idx], gap_p <= gap[idx], gap_p < 0.5 * gap[idx])
                 idx, b_p, Qb_p = idx[better], b_p[better], Qb_p[better]
                 b[idx], Qb[idx], v[idx], Qv[idx] = b_p, Qb_p, b_p, Qb_p
                 gap[idx], t[idx] = gap_p[better], 1.0
@@ -171,6 +176,8 @@ def polish(Q: Tensor, q: Tensor, w: Tensor, signs: Tensor) -> Tensor:
     support = signs != 0
     n_support = support.sum(1)
     S = int(n_support.max()) if B else 0
+    if S == 0:
+        return torch.zeros_like(q)
     where = torch.argsort((~support).to(torch.int8), dim=1, stable=True)[:, :S]  # (B, S)
     inside = torch.arange(S, device=Q.device).unsqueeze(0) < n_support.unsqueeze(1)
     rows_s = Q.gather(1, where.unsqueeze(2).expand(B, S, K))

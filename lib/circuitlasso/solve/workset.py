@@ -5,8 +5,9 @@ Each round has two passes over the outputs still pending:
      gives the duality gap on the whole problem. Outputs within tolerance are done.
      The others get a new working set: their current support plus the features with the
      largest KKT scores |g_k| / (M w_k), sized to max(ws_start, 2 |support|, |support| +
-     violators) rounded up to a power of two (celer's rule, at most doubling and never
-     shrinking, so that a set can grow to the full problem if it ever has to).
+     violators) (celer's rule), rounded up to a power of two or a multiple of SET_STEP, at
+     most doubling and never shrinking, so that a set can grow to the full problem if it ever
+     has to.
   2. Solve (buckets of equal working-set size K): batched FISTA on the (B, K, K) Gram blocks,
      warm-started, to an inner gap of max(INNER_FRACTION x certified gap, tol / 2).
 Outputs with y_c = 0 are solved by b = 0 without any work; lam >= lam_max is certified at b = 0
@@ -36,6 +37,14 @@ INNER_FRACTION = 1e-3
 """Subproblems are solved to max(INNER_FRACTION x certified gap, tol / 2)."""
 SCORE_BYTES = 12 * 8
 """Bytes per gradient entry taken by scoring and selecting working sets (`screen`)."""
+CPU_CERTIFICATE_ENTRIES = 2**20
+CPU_SOLVE_ENTRIES = 2**21
+"""On the CPU, batches stay small enough for the cache: a certificate batch holds at most
+CPU_CERTIFICATE_ENTRIES gradient entries (8 MiB in float64) and a FISTA batch at most
+CPU_SOLVE_ENTRIES Gram-block entries (16 MiB), so that their many passes do not stream from
+main memory. (On a GPU the budget alone sizes them: larger batches there mean fewer kernels.)"""
+SET_STEP = 64
+"""Working sets grow in powers of two up to SET_STEP features, then in multiples of it."""
 FISTA_BYTES = 6 * 8
 """Bytes per Gram-block entry taken by FISTA: float64 copies of Q alive at once (the batch's,
 its compaction as problems finish, the support systems and their factors)."""
@@ -65,8 +74,11 @@ def _threads(n: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def _next_pow2(k: Tensor) -> Tensor:
-    return torch.pow(2, torch.ceil(torch.log2(k.clamp_min(1).double()))).long()
+def _round_size(k: Tensor) -> Tensor:
+    """k rounded up to a power of two up to SET_STEP, else to a multiple of SET_STEP."""
+    k = k.clamp_min(1)
+    pow2 = torch.pow(2, torch.ceil(torch.log2(k.double()))).long()
+    return torch.where(pow2 > SET_STEP, (k + SET_STEP - 1) // SET_STEP * SET_STEP, pow2)
 
 
 class _State:
@@ -98,8 +110,11 @@ class _Budget:
     """Batch sizes of a solve within `memory` bytes: the problem and the working sets are held;
     the rest is shared by the outputs of one batch."""
 
-    def __init__(self, problem: LassoProblem, memory: int, state: _State) -> None:
+    def __init__(
+        self, problem: LassoProblem, memory: int, state: _State, device: torch.device
+    ) -> None:
         self.problem, self.memory, self.state = problem, memory, state
+        self.on_cpu = device.type == "cpu"
         self.held = problem.held_bytes + 16 * 8 * problem.n_outputs  # (d,) vectors of the solve
 
     def _free(self, width: int | None = None) -> int:
@@ -112,10 +127,16 @@ class _Budget:
         return self.problem.subproblem_bytes(k) + FISTA_BYTES * k * k
 
     def certificate_batch(self) -> int:
-        return batch_size(self._free(), self._certificate_bytes())
+        step = batch_size(self._free(), self._certificate_bytes())
+        if self.on_cpu:
+            step = min(step, max(1, CPU_CERTIFICATE_ENTRIES // self.problem.n_features))
+        return step
 
     def solve_batch(self, k: int) -> int:
-        return batch_size(self._free(), self._solve_bytes(k))
+        step = batch_size(self._free(), self._solve_bytes(k))
+        if self.on_cpu:
+            step = min(step, max(1, CPU_SOLVE_ENTRIES // (k * k)))
+        return step
 
     def largest_set(self, ws_start: int) -> int:
         """The largest working-set size (a power of two, or p) one output can have in budget."""
@@ -165,7 +186,7 @@ def solve_working_sets(
     yty = problem.yty
     tol_abs = tol * yty / M
     state = _State(d, work_dtype, device)
-    budget = _Budget(problem, memory, state)
+    budget = _Budget(problem, memory, state, device)
     budget.check(ws_start)
     if init is not None:
         W0, b0 = padded_rows(csr_from_padded(init[0], init[1].to(work_dtype), p))
@@ -238,11 +259,11 @@ def _next_size(
     support: Tensor, violators: Tensor, previous: Tensor, ws_start: int, largest: int
 ) -> Tensor:
     """Working-set sizes: max(ws_start, 2 |support|, |support| + violators), at most doubling,
-    rounded up to a power of two and never shrinking (so a set can grow to the full problem, or
-    to the `largest` the memory budget allows)."""
+    rounded up (`_round_size`) and never shrinking (so a set can grow to the full problem, or to
+    the `largest` the memory budget allows)."""
     target = torch.maximum(2 * support, support + violators)
     target = torch.minimum(target.clamp_min(ws_start), (2 * previous).clamp_min(ws_start))
-    return torch.maximum(_next_pow2(target), previous).clamp_max(largest)
+    return torch.maximum(_round_size(target), previous).clamp_max(largest)
 
 
 def _solve_buckets(
