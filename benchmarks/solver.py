@@ -48,7 +48,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from circuitlasso.evaluation.solver_check import lasso_objective
+from circuitlasso.evaluation.solver_check import lasso_objective, sae_like_problem
 from circuitlasso.solve import (
     block_lasso,
     lam_max,
@@ -57,53 +57,6 @@ from circuitlasso.solve import (
     upper_triangular_parents,
 )
 from circuitlasso.timing import PeakMemory
-
-
-def make_sae_problem(
-    M: int = 8551,
-    p: int = 32768,
-    d: int = 32768,
-    active_per_row: int = 64,
-    active_outputs_per_row: int = 30,
-    seed: int = 0,
-) -> tuple[sp.csr_matrix, sp.csc_matrix, sp.csc_matrix]:
-    """X (M, p) CSR, Y (M, d) CSC, planted A (p, d) CSC, all float32 (A float64).
-
-    Feature k is active in each row independently with probability f_k, f_k proportional to
-    rank^-1 (capped at 0.25, scaled to `active_per_row` per row); values are 0.1 + Exp(1).
-    Output j has 1 + Poisson(2) parents with weights +-U(0.5, 1.5) (80 % positive). Y is
-    ReLU(X A + noise on the nonzeros - b_j), with b_j keeping the top share of output j's
-    positive pre-activations that leaves about `active_outputs_per_row` active outputs per row.
-    """
-    rng = np.random.default_rng(seed)
-    ranks = np.arange(1, p + 1, dtype=np.float64)
-    lo, hi = 1e-6, 1e3
-    for _ in range(100):  # bisection for the scale giving `active_per_row` actives per row
-        c = np.sqrt(lo * hi)
-        lo, hi = (c, hi) if np.minimum(c / ranks, 0.25).sum() < active_per_row else (lo, c)
-    freq = rng.permutation(np.minimum(c / ranks, 0.25))
-    counts = rng.binomial(M, freq)
-    cols = np.repeat(np.arange(p), counts)
-    rows = np.concatenate([rng.choice(M, size=n, replace=False) for n in counts])
-    X = sp.csc_matrix((0.1 + rng.exponential(1.0, rows.size), (rows, cols)), shape=(M, p))
-    n_parents = 1 + rng.poisson(2.0, size=d)
-    child = np.repeat(np.arange(d), n_parents)
-    parent = rng.integers(0, p, size=child.size)
-    weight = rng.uniform(0.5, 1.5, child.size) * rng.choice([-1.0, 1.0], child.size, p=[0.2, 0.8])
-    A = sp.csc_matrix((weight, (parent, child)), shape=(p, d))
-    A.sum_duplicates()
-    Z = (X.tocsr() @ A).tocsc()
-    Z.data += 0.1 * rng.standard_normal(Z.data.size)
-    share = active_outputs_per_row * M / max(int((Z.data > 0).sum()), 1)
-    bias = np.zeros(d)
-    for j in range(d):
-        v = np.sort(Z.data[Z.indptr[j] : Z.indptr[j + 1]])[::-1]
-        v = v[v > 0]
-        keep = max(1, int(round(share * v.size)))
-        bias[j] = 0.999 * v[keep - 1] if 0 < keep < v.size else 0.0
-    Z.data = np.maximum(Z.data - np.repeat(bias, np.diff(Z.indptr)), 0.0)
-    Z.eliminate_zeros()
-    return X.tocsr().astype(np.float32), Z.astype(np.float32), A
 
 
 def make_neurons_problem(
@@ -215,9 +168,9 @@ def run_dense(args: argparse.Namespace) -> dict[str, float]:
 def run_sae_like(
     args: argparse.Namespace, name: str, p: int, active_per_row: int, n_outputs: int
 ) -> dict[str, float]:
-    """Ours on `n_outputs` random outputs of `make_sae_problem(p=d=p, active_per_row)`, the
+    """Ours on `n_outputs` random outputs of `sae_like_problem(p=d=p, active_per_row)`, the
     peers on a subset of them; prints the table and returns the headline figures."""
-    X, Y, A = make_sae_problem(p=p, d=p, active_per_row=active_per_row, seed=args.seed)
+    X, Y, A = sae_like_problem(p=p, d=p, active_per_row=active_per_row, seed=args.seed)
     M = X.shape[0]
     d = min(n_outputs, Y.shape[1])
     rng = np.random.default_rng(args.seed)

@@ -38,12 +38,14 @@ _EXPORTS = {
     "metric_with_ablation": "circuitlasso.evaluation.ablate",
     "node_ablation_sweep": "circuitlasso.evaluation.ablate",
     "CircuitLasso": "circuitlasso.estimator",
+    "RayExecutor": "circuitlasso.executor",
 }
 
 __all__ = [
     "Circuit",
     "CircuitLasso",
     "LayerRegressions",
+    "RayExecutor",
     "__version__",
     "circuit_lasso",
     "collect_sae_features",
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
         metric_with_ablation,
         node_ablation_sweep,
     )
+    from circuitlasso.executor import RayExecutor
     from circuitlasso.solve import lasso, logistic_lasso
 
 

@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
+from circuitlasso.executor import Executor, get_executor
+
 CACHE_ENV = "CIRCUITLASSO_CACHE"
 MIRROR_ENV = "CIRCUITLASSO_MIRROR"
 
@@ -206,15 +208,33 @@ def cache_key(**parts: Any) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def digest_arrays(*arrays: Any) -> str:
+    """Hex sha256 of numpy arrays' dtypes, shapes and bytes (a cache-key part for data)."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        digest.update(f"{a.dtype.str}{a.shape}".encode())
+        digest.update(a.tobytes())
+    return digest.hexdigest()
+
+
 def _results_dir(root: str | Path | None) -> Path:
     return (Path(root) if root is not None else cache_root()) / "results"
 
 
-def _load_or_save(path: Path, fn: Callable[[], T]) -> T:
+def _load(path: Path) -> Any:
     import torch  # here, so that writing a file (the `circuitlasso` command) does not load it
 
+    return torch.load(path, weights_only=True)
+
+
+def _load_or_save(path: Path, fn: Callable[[], T]) -> T:
+    import torch
+
     if path.is_file():
-        return torch.load(path, weights_only=True)
+        return _load(path)
     value = fn()
     with atomic_path(path) as tmp:
         torch.save(value, tmp)
@@ -238,20 +258,47 @@ def load_or_compute_chunks(
     root: str | Path | None = None,
     desc: str | None = None,
     progress: bool = True,
+    executor: str | Executor | None = None,
 ) -> list[T]:
     """Return ``[fn(0), ..., fn(n_chunks - 1)]``, each chunk cached on its own (resumable).
 
     Chunk ``i`` is saved atomically to ``results/<key>/chunk_<i>.pt`` as soon as it is computed,
     so a rerun after an interruption computes only the missing chunks. ``key`` must already
     determine the chunking (include the chunk size in :func:`cache_key`). ``progress=False``
-    hides the progress bar.
+    hides the progress bar (it counts finished chunks). ``executor``: where the missing chunks
+    are computed (:func:`circuitlasso.executor.get_executor`; default here, one after another).
+    On a Ray cluster each task saves its own chunk, so ``root`` must then be a folder every
+    worker sees (the local disk of a one-machine cluster, else a shared file system).
     """
     if n_chunks < 0:
         raise ValueError(f"n_chunks must be >= 0, got {n_chunks}")
     folder = _results_dir(root) / key
+    missing = [i for i in range(n_chunks) if not _chunk_path(folder, i).is_file()]
+    computed: dict[int, T] = {}
+    with tqdm(
+        total=n_chunks,
+        initial=n_chunks - len(missing),
+        desc=desc or f"chunks {key[:8]}",
+        leave=False,
+        disable=not progress,
+    ) as bar:
+        for i, value in get_executor(executor).map(_SavedChunk(fn, folder), missing):
+            computed[i] = value
+            bar.update()
     return [
-        _load_or_save(folder / f"chunk_{i:06d}.pt", functools.partial(fn, i))
-        for i in tqdm(
-            range(n_chunks), desc=desc or f"chunks {key[:8]}", leave=False, disable=not progress
-        )
+        computed[i] if i in computed else _load(_chunk_path(folder, i)) for i in range(n_chunks)
     ]
+
+
+def _chunk_path(folder: Path, i: int) -> Path:
+    return folder / f"chunk_{i:06d}.pt"
+
+
+class _SavedChunk:
+    """``fn(i)``, saved atomically to its chunk file before it is returned."""
+
+    def __init__(self, fn: Callable[[int], T], folder: Path) -> None:
+        self.fn, self.folder = fn, folder
+
+    def __call__(self, i: int) -> Any:
+        return _load_or_save(_chunk_path(self.folder, i), functools.partial(self.fn, i))

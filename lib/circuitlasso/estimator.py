@@ -20,6 +20,7 @@ from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, fit_label
+from circuitlasso.executor import Executor
 
 
 class CircuitLasso:
@@ -34,7 +35,10 @@ class CircuitLasso:
     ``|A| * std(z)`` (True) or by ``|A|`` as in the paper. ``layer_pairs``: ``"traced"`` fits
     the layer-pair regressions only for the features the trace visits, ``"all"`` fits every
     column of every layer pair first (as the paper does; the circuit is the same, the fits are
-    then all in ``regressions_``). ``device``: where the solvers run.
+    then all in ``regressions_``). ``device``: where the solvers run. ``executor``: where the
+    layer pairs of ``layer_pairs="all"`` run, as cached chunks (``"serial"``, ``"ray"`` or a
+    configured :class:`~circuitlasso.executor.RayExecutor`; see
+    :class:`~circuitlasso.circuits.trace.LayerRegressions`).
 
     Fitted attributes: ``label_fit_`` (the readout, a
     :class:`~circuitlasso.circuits.features.LabelFit`), ``coef_`` (its ``(D,)`` coefficients, or
@@ -57,10 +61,12 @@ class CircuitLasso:
         standardized: bool = True,
         layer_pairs: str = "traced",
         device: torch.device | str | None = None,
+        executor: str | Executor | None = None,
     ) -> None:
         self.label_lam_ratio, self.lam_ratio, self.kind = label_lam_ratio, lam_ratio, kind
         self.roots, self.k, self.min_prompts = roots, k, min_prompts
         self.standardized, self.layer_pairs, self.device = standardized, layer_pairs, device
+        self.executor = executor
 
     def fit(self, Z: Mapping[int, Features], y: Sequence | np.ndarray) -> CircuitLasso:
         """Fit the readout on the last layer of ``Z`` (layer -> ``(M, D)`` features) against
@@ -73,8 +79,9 @@ class CircuitLasso:
         self.label_fit_ = fit_label(Z[last], y, self.label_lam_ratio, layer=last, kind=self.kind,
                                     min_prompts=self.min_prompts, device=self.device)  # fmt: skip
         self.regressions_ = tr.LayerRegressions(
-            dict(Z), self.lam_ratio, min_prompts=self.min_prompts, device=self.device
-        )
+            dict(Z), self.lam_ratio, min_prompts=self.min_prompts, device=self.device,
+            executor=self.executor,
+        )  # fmt: skip
         if self.layer_pairs == "all":
             self.regressions_.fit_all()
         self.circuit_ = tr.trace_circuit(self.label_fit_, self.regressions_, roots=self.roots,

@@ -44,7 +44,7 @@ def planted_layers() -> tuple[dict[int, sp.csr_matrix], np.ndarray]:
 def _hand_fit(parent: int, child: int, coef: np.ndarray, children: list[int]) -> LayerPairFit:
     k = len(children)
     return LayerPairFit(parent, child, np.array(children), sp.csc_matrix(coef), np.zeros(k),
-                        np.ones(k, dtype=bool))  # fmt: skip
+                        np.ones(k, dtype=bool), np.zeros(k))  # fmt: skip
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ LIB = Path(circuitlasso.__file__).parent
 STAGES = {
     "cache": 0,  # storage shared by every stage: atomic writes, downloads, chunk cache
     "timing": 0,  # the stopwatch every stage times its stages with
+    "executor": 0,  # where independent tasks run: here, or on a Ray cluster
     "data": 1,
     "collect": 2,
     "solve": 3,

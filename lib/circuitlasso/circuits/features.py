@@ -39,7 +39,8 @@ class LayerPairFit:
     """Coefficients from ``parent`` features to some ``child`` features.
 
     ``coef: (D_parent, len(children))`` sparse CSC, column ``j`` for child feature
-    ``children[j]``; ``lam: (len(children),)`` the penalty each child got; ``converged`` per child.
+    ``children[j]``; ``lam: (len(children),)`` the penalty each child got; ``converged`` per child;
+    ``gap``: each child's certified duality gap (objective units, 0 for a zero column).
     """
 
     parent: int
@@ -48,6 +49,30 @@ class LayerPairFit:
     coef: sp.csc_matrix
     lam: np.ndarray
     converged: np.ndarray
+    gap: np.ndarray
+
+    def to_tensors(self) -> dict[str, torch.Tensor]:
+        """The fit as tensors (what the chunk cache stores); :meth:`from_tensors` reads it back."""
+        coef = self.coef.tocoo()
+        return {
+            "pair": torch.tensor([self.parent, self.child, *coef.shape]),
+            "children": torch.from_numpy(np.asarray(self.children, dtype=np.int64)),
+            "rows": torch.from_numpy(coef.row.astype(np.int64)),
+            "cols": torch.from_numpy(coef.col.astype(np.int64)),
+            "values": torch.from_numpy(coef.data.astype(np.float32)),
+            "lam": torch.from_numpy(np.asarray(self.lam, dtype=np.float64)),
+            "converged": torch.from_numpy(np.asarray(self.converged, dtype=bool)),
+            "gap": torch.from_numpy(np.asarray(self.gap, dtype=np.float64)),
+        }
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, torch.Tensor]) -> LayerPairFit:
+        parent, child, n_rows, n_cols = (int(v) for v in t["pair"])
+        coef = sp.csc_matrix(
+            (t["values"].numpy(), (t["rows"].numpy(), t["cols"].numpy())), shape=(n_rows, n_cols)
+        )
+        return cls(parent, child, t["children"].numpy(), coef, t["lam"].numpy(),
+                   t["converged"].numpy(), t["gap"].numpy())  # fmt: skip
 
     def column(self, feature: int) -> sp.csc_matrix:
         """``(D_parent, 1)`` coefficients of child ``feature`` (a KeyError if it was not fit)."""
@@ -121,6 +146,7 @@ def fit_layer_pair(
     varies = np.flatnonzero(spread > 1e-12 * np.maximum(squares, 1e-30))
     lam = np.zeros(len(chosen))
     converged = np.ones(len(chosen), dtype=bool)
+    gap = np.zeros(len(chosen))
     rows, cols, values = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.float32)
     predictors = frequent_features(Z_parent, min_prompts)
     if len(varies) and len(predictors):
@@ -142,9 +168,10 @@ def fit_layer_pair(
         rows, cols = predictors[fitted.row], usable[fitted.col]
         values = fitted.data.astype(np.float32)
         converged[usable] = result.converged.cpu().numpy()
+        gap[usable] = result.gap.cpu().numpy()
     shape = (Z_parent.shape[1], len(chosen))
     coef = sp.csc_matrix((values, (rows, cols)), shape=shape)
-    return LayerPairFit(parent, child, chosen, coef, lam, converged)
+    return LayerPairFit(parent, child, chosen, coef, lam, converged, gap)
 
 
 def _scipy(coef: torch.Tensor) -> sp.coo_matrix:

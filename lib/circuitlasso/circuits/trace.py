@@ -20,13 +20,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 import torch
 
+from circuitlasso.cache import cache_key, digest_arrays, load_or_compute_chunks
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit, fit_layer_pair
+from circuitlasso.executor import Executor, get_executor
 from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB
 
 
@@ -39,7 +44,16 @@ class LayerRegressions:
     """Layer-pair Lasso fits on demand: ``parents(l, features)`` fits the columns of
     ``A_{l-1,l}`` for the child ``features`` of layer ``l`` not fit before, and keeps them.
     ``device``, ``memory_gib``, ``progress``: where the solver runs, its memory budget and
-    whether it shows a progress bar (see :func:`fit_layer_pair`)."""
+    whether it shows progress bars (see :func:`fit_layer_pair`).
+
+    Whole layer pairs (:meth:`fit_pairs`, :meth:`fit_all`) run as chunks of ``chunk_size``
+    child columns, one task each on ``executor`` (``"serial"``, ``"ray"`` or an
+    :class:`~circuitlasso.executor.Executor` such as a configured
+    :class:`~circuitlasso.executor.RayExecutor`), every chunk saved under ``cache_dir``
+    (default: :func:`circuitlasso.cache.cache_root`) as it finishes: a rerun, or a run after an
+    interruption, fits only the chunks not saved yet. Each child column is its own Lasso, so the
+    chunking does not change the result.
+    """
 
     def __init__(
         self,
@@ -50,11 +64,23 @@ class LayerRegressions:
         device: torch.device | str | None = None,
         memory_gib: float = DEFAULT_MEMORY_GIB,
         progress: bool = False,
+        *,
+        executor: str | Executor | None = None,
+        chunk_size: int = 4096,
+        cache_dir: str | Path | None = None,
     ) -> None:
         if len(Z) < 2:
             raise ValueError(f"need features of at least 2 layers, got layers {sorted(Z)}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
         self.Z, self.lam_ratio, self.min_prompts, self.tol = Z, lam_ratio, min_prompts, tol
         self.device, self.memory_gib, self.progress = device, memory_gib, progress
+        self.executor, self.chunk_size, self.cache_dir = (
+            get_executor(executor),
+            chunk_size,
+            cache_dir,
+        )
+        self._settings = _PairSettings(lam_ratio, min_prompts, tol, device, memory_gib, progress)
         self.layers = sorted(Z)
         self._fits: dict[int, dict[int, LayerPairFit]] = {layer: {} for layer in self.layers}
 
@@ -70,23 +96,106 @@ class LayerRegressions:
         known = self._fits[layer]
         new = sorted({int(f) for f in features} - set(known))
         if new:
-            below = self.parent_layer(layer)
-            fit = fit_layer_pair(
-                self.Z[below], self.Z[layer], self.lam_ratio,
-                parent=below, child=layer, children=new, min_prompts=self.min_prompts, tol=self.tol,
-                device=self.device, memory_gib=self.memory_gib, progress=self.progress,
-            )  # fmt: skip
+            fit = self._settings.fit(self.Z, self.parent_layer(layer), layer, new)
             known.update({feature: fit for feature in new})
         return {int(f): known[int(f)] for f in features}
 
+    def fit_pairs(self, layers: Sequence[int] | None = None) -> None:
+        """Fit every column of ``A_{l-1,l}`` for each child layer of ``layers`` (default: every
+        layer but the first), as cached chunks on the executor (see the class)."""
+        layers = self.layers[1:] if layers is None else [int(layer) for layer in layers]
+        jobs = [
+            (layer, start)
+            for layer in layers
+            for start in range(0, self.Z[layer].shape[1], self.chunk_size)
+        ]
+        needed = sorted({*layers, *(self.parent_layer(layer) for layer in layers)})
+        key = cache_key(
+            what="layer_pair_chunks",
+            version=LAYER_PAIR_CACHE_VERSION,
+            features=[[layer, _features_digest(self.Z[layer])] for layer in needed],
+            jobs=[list(job) for job in jobs],
+            chunk_size=self.chunk_size,
+            lam_ratio=self.lam_ratio,
+            min_prompts=self.min_prompts,
+            tol=self.tol,
+        )
+        task = _PairChunk(
+            self._settings, {layer: self.Z[layer] for layer in needed},
+            {layer: self.parent_layer(layer) for layer in layers}, jobs, self.chunk_size,
+        )  # fmt: skip
+        chunks = load_or_compute_chunks(
+            key, len(jobs), task, root=self.cache_dir, desc="layer-pair chunks",
+            progress=self.progress, executor=self.executor,
+        )  # fmt: skip
+        for (layer, _), chunk in zip(jobs, chunks, strict=True):
+            fit = LayerPairFit.from_tensors(chunk)
+            self._fits[layer].update({int(feature): fit for feature in fit.children})
+
     def fit_pair(self, layer: int) -> None:
         """Fit every column of ``A_{l-1,l}`` for the child ``layer`` (Eq. 4 for one pair)."""
-        self.parents(layer, range(self.Z[layer].shape[1]))
+        self.fit_pairs([layer])
 
     def fit_all(self) -> None:
         """Fit every column of every layer pair: the full ``A_{l-1,l}`` of the paper (Eq. 4)."""
-        for layer in self.layers[1:]:
-            self.fit_pair(layer)
+        self.fit_pairs()
+
+    def coef(self, layer: int) -> sp.csc_matrix:
+        """``A_{l-1,l}: (D_parent, D_child)`` for the child ``layer``, every column fit (call
+        :meth:`fit_pair` first)."""
+        fits = self._fits[layer]
+        missing = self.Z[layer].shape[1] - len(fits)
+        if missing:
+            raise ValueError(f"{missing} columns of layer {layer} are not fit yet: call fit_pair")
+        return sp.hstack([fits[f].column(f) for f in range(len(fits))], format="csc")
+
+
+LAYER_PAIR_CACHE_VERSION = 1
+"""Part of the layer-pair chunks' cache key: bump it when what a chunk holds changes."""
+
+
+@dataclass(frozen=True)
+class _PairSettings:
+    """How a layer pair's columns are fit (see :func:`fit_layer_pair`)."""
+
+    lam_ratio: float
+    min_prompts: int
+    tol: float
+    device: torch.device | str | None
+    memory_gib: float
+    progress: bool
+
+    def fit(
+        self, Z: Mapping[int, Features], parent: int, child: int, children: Sequence[int]
+    ) -> LayerPairFit:
+        return fit_layer_pair(
+            Z[parent], Z[child], self.lam_ratio, parent=parent, child=child, children=children,
+            min_prompts=self.min_prompts, tol=self.tol, device=self.device,
+            memory_gib=self.memory_gib, progress=self.progress,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _PairChunk:
+    """Task ``i`` of :meth:`LayerRegressions.fit_pairs`: with ``jobs[i] = (layer, start)``, the
+    child columns ``start .. start + chunk_size`` of ``layer`` on ``parents[layer]``. It holds only
+    the feature matrices the jobs read: they are what travels to the workers."""
+
+    settings: _PairSettings
+    Z: dict[int, Features]
+    parents: dict[int, int]
+    jobs: list[tuple[int, int]]
+    chunk_size: int
+
+    def __call__(self, i: int) -> dict[str, torch.Tensor]:
+        layer, start = self.jobs[i]
+        children = range(start, min(self.Z[layer].shape[1], start + self.chunk_size))
+        return self.settings.fit(self.Z, self.parents[layer], layer, children).to_tensors()
+
+
+def _features_digest(Z: Features) -> str:
+    Z = sp.csr_matrix(Z)
+    return digest_arrays(Z.indptr, Z.indices, Z.data, np.asarray(Z.shape))
 
 
 def label_importance(fit: LabelFit, z: np.ndarray | None = None) -> np.ndarray:

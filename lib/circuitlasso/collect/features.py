@@ -34,6 +34,7 @@ from circuitlasso.collect.forward import (
     tokenize_batch,
 )
 from circuitlasso.data.models import check_sae_fits
+from circuitlasso.executor import Executor
 
 SAE_COLLECTOR_VERSION = 1  # part of the cache key; bump when the stored chunks change meaning
 _FINGERPRINT_SAMPLES = 64  # values sampled from each model parameter for the cache key
@@ -113,6 +114,7 @@ def collect_sae_features(
     cache_dir: str | Path | None = None,
     cache_key_parts: dict | None = None,
     progress: bool = True,
+    executor: str | Executor | None = None,
 ) -> dict[int, sp.csr_matrix]:
     """Token-averaged SAE features per layer: ``{layer: Z_layer}``, each ``(M, d_sae)`` CSR.
 
@@ -142,6 +144,11 @@ def collect_sae_features(
     booleans, None or lists of them). A rerun loads the batches without running the model; an
     interrupted run resumes after the last saved batch. Hashing the SAE weights reads them once
     per call (about a second per GiB).
+
+    ``executor``: where the batches run (see :mod:`circuitlasso.executor`). With ``"ray"`` (or
+    a configured :class:`~circuitlasso.executor.RayExecutor`, e.g. ``gpus_per_task=1``) the
+    batches are Ray tasks: the model and SAEs go to the object store once, each worker keeps
+    its own copy (on the device they are on), and each batch is cached as it finishes.
 
     Errors: an SAE whose hook is not a hook of the model (with close matches) or whose ``d_in``
     differs from the model's width, an empty prompt list, and non-finite activations or features
@@ -226,6 +233,7 @@ def collect_sae_features(
         root=cache_dir,
         desc=f"SAE features ({batch_size} prompts/batch)",
         progress=progress,
+        executor=executor,
     )
     result = {}
     for j, layer in enumerate(layers):
