@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -146,17 +147,23 @@ def block_products(rows_csr: Tensor, W: Tensor, y: Tensor) -> tuple[Tensor, Tens
 
 
 GRAM_CHUNK_ENTRIES = 2**24
-"""Entries of the dense Gram computed per sparse product (128 MiB in float64)."""
+"""Entries of the dense Gram computed at once (128 MiB in float64), over all threads."""
 
 
 def dense_gram(xt: Tensor, x: Tensor, dtype: torch.dtype) -> Tensor:
-    """Dense X^T X (p, p) in `dtype` from CSR X (M, p) and its transpose xt (p, M), by chunks."""
+    """Dense X^T X (p, p) in `dtype` from CSR X (M, p) and its transpose xt (p, M), by chunks
+    of rows; on the CPU on torch's threads (scipy's sparse product releases the GIL)."""
     p = xt.shape[0]
     out = torch.empty(p, p, dtype=dtype, device=xt.device)
-    step = max(1, GRAM_CHUNK_ENTRIES // max(p, xt.shape[1]))
-    for start in range(0, p, step):
+    threads = torch.get_num_threads() if xt.device.type == "cpu" else 1
+    step = max(1, GRAM_CHUNK_ENTRIES // threads // max(p, xt.shape[1]))
+
+    def fill(start: int) -> None:
         rows = torch.arange(start, min(p, start + step), device=xt.device)
         out[start : start + step] = sparse_product(csr_rows(xt, rows), x).to(dtype)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fill, range(0, p, step)))
     return out
 
 
