@@ -213,7 +213,11 @@ def test_an_interrupted_driver_resumes_without_refitting_finished_chunks(
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and the cluster it started
         driver.wait()
-    finished = {int(path.stem.removeprefix("chunk_")) for path in saved()}
+    finished, previous = set(), None
+    while finished != previous:  # until no worker of the killed cluster saves any more
+        previous = finished
+        time.sleep(1.0)
+        finished = {int(path.stem.removeprefix("chunk_")) for path in saved()}
     assert 3 <= len(finished) < n_tasks, f"the driver was stopped after {len(finished)} chunks"
     counting = Counting(RayExecutor())
     resumed = LayerRegressions(Z, **SETTINGS, cache_dir=cache, executor=counting)
