@@ -196,21 +196,24 @@ def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
             converged=float(label_fit.converged),
         )
 
+    pair_cache = tempfile.TemporaryDirectory()  # every pair fitted, none read from a cache
     regressions = tr.LayerRegressions(Z, args.lam_ratio, min_prompts=args.min_prompts,
                                       device=device, memory_gib=args.memory_gib,
-                                      progress=True)  # fmt: skip
+                                      progress=True, cache_dir=pair_cache.name)  # fmt: skip
     pair_seconds = []
     for child in pairs:
         with stages.stage(f"pair {child - 1}->{child}") as row:
             regressions.fit_pair(child)
-            fit = regressions.parents(child, [0])[0]  # one fit holds every column of the pair
+            coef = regressions.coef(child)
+            fits = {id(f): f for f in regressions.parents(child, range(coef.shape[1])).values()}
             row.update(
                 active=active_per_sentence(Z[child]),
-                outputs=len(fit.children),
-                nonzero=fit.coef.nnz,
-                converged=float(fit.converged.mean()),
+                outputs=coef.shape[1],
+                nonzero=coef.nnz,
+                converged=float(np.concatenate([f.converged for f in fits.values()]).mean()),
             )
         pair_seconds.append(stages.clock.laps[f"pair {child - 1}->{child}"])
+    pair_cache.cleanup()
 
     depth = next(i for i in range(n_layers) if last - i not in pairs)  # fitted from the top
     with stages.stage("trace"):
