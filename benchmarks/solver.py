@@ -27,7 +27,7 @@ achieved gap is then recomputed here with one function, from its coefficients. F
 problem every method's objective is recomputed here and compared with the best one found.
 
 Run: python benchmarks/solver.py [--problems neurons sae dense logistic] [--sae-outputs N]
-     [--dense-active 64 200 400] [--dense-outputs 24576 24576 4096] [--memory-gib 8]
+     [--dense-active 64 200 400] [--dense-outputs 24576 24576 24576] [--memory-gib 8]
      [--peer-outputs N] [--threads 2] [--device cpu]
 Prints the tables, then one JSON line with the headline figures.
 """
@@ -502,7 +502,7 @@ def main() -> None:
         "--dense-outputs",
         type=int,
         nargs="*",
-        default=[24576, 24576, 4096],
+        default=[24576, 24576, 24576],
         help="outputs solved by ours at each --dense-active density",
     )
     parser.add_argument("--memory-gib", type=float, default=8.0, help="our memory budget")
