@@ -24,7 +24,6 @@ from transformer_lens import HookedTransformer
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.trace import LayerRegressions, node_name, trace_circuit
 from circuitlasso.collect import collect_sae_features
-from circuitlasso.collect.forward import splice_hooks
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.evaluation.ablate import (
@@ -36,6 +35,7 @@ from circuitlasso.evaluation.ablate import (
     node_ablation_sweep,
     rank_features,
 )
+from circuitlasso.forward import splice_hooks
 
 torch.set_num_threads(1)
 

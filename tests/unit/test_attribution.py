@@ -18,10 +18,10 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.collect import collect_sae_features
-from circuitlasso.collect.forward import mean_over_real
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.evaluation.attribution import integrated_gradients
+from circuitlasso.forward import mean_over_real
 
 torch.set_num_threads(1)
 

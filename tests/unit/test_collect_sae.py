@@ -19,9 +19,9 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
 from circuitlasso.collect import collect_sae_features
-from circuitlasso.collect.forward import mean_over_real, real_token_mask
 from circuitlasso.data import models
 from circuitlasso.data.targets import binary_labels
+from circuitlasso.forward import mean_over_real, real_token_mask
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 GPT2_BOS = 50256  # also GPT-2's EOS and PAD

@@ -12,6 +12,7 @@ STAGES = {
     "cache": 0,  # storage shared by every stage: atomic writes, downloads, chunk cache
     "timing": 0,  # the stopwatch every stage times its stages with
     "executor": 0,  # where independent tasks run: here, or on a Ray cluster
+    "forward": 0,  # running a model: tokens, real-token masks, hooks, SAEs spliced in
     "data": 1,
     "collect": 2,
     "solve": 3,

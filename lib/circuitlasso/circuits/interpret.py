@@ -7,7 +7,7 @@
   activation changes (the paper's Table 6).
 
 Per-token values are those of the prompt's real tokens (BOS, EOS and padding left out, see
-:mod:`circuitlasso.collect.forward`), the tokens the collector averages over.
+:mod:`circuitlasso.forward`), the tokens the collector averages over.
 """
 
 from __future__ import annotations
@@ -19,21 +19,28 @@ import numpy as np
 import pandas as pd
 import torch
 from sae_lens import SAE
-from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.features import Features
-from circuitlasso.collect.forward import real_token_mask, stop_at_layer
+from circuitlasso.forward import (
+    Model,
+    prompt_ids,
+    real_token_mask,
+    run_with_hooks,
+    single_token_id,
+    stop_at_layer,
+    token_strings,
+)
 
 
 @torch.no_grad()
 def token_values(
-    model: HookedTransformer, sae: SAE, feature: int, tokens: Sequence[torch.Tensor]
+    model: Model, sae: SAE, feature: int, tokens: Sequence[torch.Tensor]
 ) -> list[np.ndarray]:
     """Per prompt, the activation of SAE ``feature`` at each of its real tokens: ``(T_i,)``.
 
-    ``tokens``: one 1-D id tensor per prompt (as ``model.to_tokens`` makes them); its real
-    tokens are those :func:`circuitlasso.collect.forward.real_token_mask` marks (not BOS, EOS or
-    PAD), the tokens the collector averages over.
+    ``tokens``: one 1-D id tensor per prompt (as :func:`~circuitlasso.forward.prompt_ids`
+    makes them); its real tokens are those :func:`~circuitlasso.forward.real_token_mask`
+    marks (no special token), the tokens the collector averages over.
     """
     if not 0 <= feature < sae.cfg.d_sae:
         raise ValueError(f"feature {feature} out of range: the SAE has {sae.cfg.d_sae} features")
@@ -42,23 +49,25 @@ def token_values(
     hook = str(sae.cfg.metadata.hook_name)
     stop = stop_at_layer([hook])
     width = max(len(t) for t in tokens)
-    batch = torch.zeros((len(tokens), width), dtype=torch.long)
+    pad = model.tokenizer.pad_token_id if model.tokenizer is not None else None
+    batch = torch.full((len(tokens), width), pad if pad is not None else 0, dtype=torch.long)
     for row, ids in enumerate(tokens):
-        batch[row, : len(ids)] = ids  # right padding: a causal model's real positions ignore it
-    _, cache = model.run_with_cache(batch, names_filter=hook, stop_at_layer=stop)
-    values = sae.encode(cache[hook])[..., feature]
+        batch[row, : len(ids)] = ids  # right padding, which the model does not attend to
+    saved: dict[str, torch.Tensor] = {}
+    run_with_hooks(model, batch, [(hook, lambda x, hook: saved.update(x=x))], stop_at_layer=stop)
+    values = sae.encode(saved["x"])[..., feature]
     values = values.float().cpu()  # on the model's device until here
     return [values[row, : len(ids)][_real(model, ids)].numpy() for row, ids in enumerate(tokens)]
 
 
-def _real(model: HookedTransformer, ids: torch.Tensor) -> torch.Tensor:
+def _real(model: Model, ids: torch.Tensor) -> torch.Tensor:
     """``(T,)`` bool real tokens of one prompt's ids, on the CPU."""
     return real_token_mask(model, ids.cpu())
 
 
-def _words(model: HookedTransformer, ids: torch.Tensor) -> list[str]:
+def _words(model: Model, ids: torch.Tensor) -> list[str]:
     """The prompt's real tokens as strings."""
-    words = [str(w) for w in model.to_str_tokens(ids)]
+    words = token_strings(model, ids)
     return [w for w, real in zip(words, _real(model, ids).tolist(), strict=True) if real]
 
 
@@ -69,7 +78,7 @@ def _highlight(words: list[str], values: np.ndarray) -> str:
 
 
 def top_prompts(
-    model: HookedTransformer,
+    model: Model,
     sae: SAE,
     feature: int,
     prompts: Sequence[str],
@@ -87,7 +96,7 @@ def top_prompts(
     column = np.asarray(Z[:, feature].toarray()).ravel()
     order = np.argsort(-column, kind="stable")[:n]
     order = order[column[order] > 0]
-    tokens = [model.to_tokens(prompts[i])[0] for i in order]
+    tokens = [prompt_ids(model, prompts[i]) for i in order]
     rows = []
     for i, ids, values in zip(
         order, tokens, token_values(model, sae, feature, tokens), strict=True
@@ -105,7 +114,7 @@ def top_prompts(
 
 
 def top_tokens(
-    model: HookedTransformer,
+    model: Model,
     sae: SAE,
     feature: int,
     prompts: Sequence[str],
@@ -121,7 +130,7 @@ def top_tokens(
     order = order[column[order] > 0]
     if len(order) == 0:
         return Counter()
-    tokens = [model.to_tokens(prompts[i])[0] for i in order]
+    tokens = [prompt_ids(model, prompts[i]) for i in order]
     values = token_values(model, sae, feature, tokens)
     words = np.concatenate([np.array(_words(model, ids), dtype=object) for ids in tokens])
     flat = np.concatenate(values)
@@ -130,7 +139,7 @@ def top_tokens(
 
 
 def perturb(
-    model: HookedTransformer,
+    model: Model,
     sae: SAE,
     feature: int,
     prompt: str,
@@ -144,14 +153,14 @@ def perturb(
     Columns: ``prompt`` (changed token in [brackets]), ``value`` (activation at ``position``),
     ``change`` (minus the original's), ``per_token``.
     """
-    original = model.to_tokens(prompt)[0]
+    original = prompt_ids(model, prompt)
     where = _real(model, original).nonzero()[:, 0].tolist()
     if not 0 <= position < len(where):
         raise ValueError(f"position {position} out of range: the prompt has {len(where)} tokens")
     variants = [original]
     for text in replacements:
         ids = original.clone()
-        ids[where[position]] = model.to_single_token(text)  # raises unless one token
+        ids[where[position]] = single_token_id(model, text)  # raises unless one token
         if not _real(model, ids)[where[position]]:
             raise ValueError(f"replacement {text!r} is a BOS, EOS or PAD token")
         variants.append(ids)

@@ -1,8 +1,8 @@
 """Collection: run the model on prompts and keep token-averaged activations.
 
 ``features``: SAE features per layer (``collect_sae_features``); ``components``: activations of the
-component graph's nodes (``collect_nodes``); ``forward``: tokenization, real-token masks and SAE
-splicing shared by every forward pass in the library.
+component graph's nodes (``collect_nodes``). Both run the model through
+:mod:`circuitlasso.forward`, the forward-pass toolkit every stage shares.
 """
 
 from circuitlasso.collect.components import NodeActivations, collect_nodes

@@ -13,8 +13,8 @@ import torch
 from tqdm import tqdm
 from transformer_lens import HookedTransformer
 
-from circuitlasso.collect.forward import mean_over_real
 from circuitlasso.data.graph import LOGITS, allowed_parents, graph_nodes, require_hook_flags
+from circuitlasso.forward import mean_over_real
 
 
 @dataclass(frozen=True)

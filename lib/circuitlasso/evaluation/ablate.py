@@ -61,16 +61,17 @@ from transformer_lens import HookedTransformer
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit
 from circuitlasso.circuits.trace import LayerRegressions, feature_std, node_name
-from circuitlasso.collect.forward import (
+from circuitlasso.data.graph import Edge
+from circuitlasso.data.models import check_sae_fits
+from circuitlasso.evaluation.attribution import integrated_gradients
+from circuitlasso.forward import (
     mean_over_real,
     prompt_batches,
+    run_with_hooks,
     splice_hooks,
     stop_for_saes,
     to_dense,
 )
-from circuitlasso.data.graph import Edge
-from circuitlasso.data.models import check_sae_fits
-from circuitlasso.evaluation.attribution import integrated_gradients
 
 FeatureSet = Mapping[int, Collection[int]]  # layer -> features
 Node = tuple[int, int]  # (layer, feature)
@@ -116,9 +117,8 @@ def feature_means(
     for tokens, real in prompt_batches(model, prompts, batch_size):
         record: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
-            model.run_with_hooks(tokens.to(model.cfg.device),
-                                 fwd_hooks=splice_hooks(saes, real, record=record),
-                                 stop_at_layer=stop_for_saes(saes))  # fmt: skip
+            hooks = splice_hooks(saes, real, record=record)
+            run_with_hooks(model, tokens, hooks, stop_at_layer=stop_for_saes(saes))
         for layer, z in record.items():
             sums[layer] += z[real.to(z.device)].double().sum(0).cpu()
         count += int(real.sum())
@@ -159,9 +159,8 @@ def _metric(
     for tokens, real in batches:
         record: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
-            model.run_with_hooks(tokens.to(model.cfg.device),
-                                 fwd_hooks=splice_hooks(saes, real, masks, means, record),
-                                 stop_at_layer=stop_for_saes(saes))  # fmt: skip
+            hooks = splice_hooks(saes, real, masks, means, record)
+            run_with_hooks(model, tokens, hooks, stop_at_layer=stop_for_saes(saes))
         sign = torch.as_tensor(signs[n : n + len(tokens)])
         total += float((sign * _readout(label_fit, record[label_fit.layer], real).cpu()).sum())
         n += len(tokens)

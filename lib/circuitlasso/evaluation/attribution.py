@@ -26,8 +26,14 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.collect.forward import Hook, prompt_batches, stop_at_layer, to_dense
 from circuitlasso.data.models import check_sae_fits
+from circuitlasso.forward import (
+    Hook,
+    prompt_batches,
+    run_with_hooks,
+    stop_at_layer,
+    to_dense,
+)
 
 Metric = Callable[[int, torch.Tensor, Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor]
 """``metric(layer, z, seen, real) -> (B,)``: the metric of each prompt of a batch, given the
@@ -69,7 +75,7 @@ def _layer_scores(
 
         hooks: list[Hook] = [(sae_hook, patch), *((name, read) for name in reads)]
         with torch.enable_grad():
-            model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=stop)
+            run_with_hooks(model, tokens, hooks, stop_at_layer=stop)
             m = (sign * metric(layer, state["path"], seen, real)).sum()
             (grad,) = torch.autograd.grad(m, state["path"], allow_unused=True)
         if grad is None:  # the metric reads nothing the layer feeds

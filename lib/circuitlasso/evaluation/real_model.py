@@ -1,0 +1,68 @@
+"""The real model's report: its SAEs, its conversion, and what its features know of CoLA.
+
+For all-MiniLM-L6-v2 (:mod:`circuitlasso.data.minilm`) with the SAEs trained here
+(:mod:`circuitlasso.data.minilm_saes`): each SAE's explained variance and dead share on CoLA's
+in-domain dev sentences (from the build's report), the largest difference of the converted
+``HookedEncoder``'s hidden states from the HF model's, and the label readout ``A_{L,y}`` fitted on
+the last layer's token-averaged features of the training sentences, scored on the dev sentences
+against the majority class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from circuitlasso.circuits.features import fit_label
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.cola import load_cola
+from circuitlasso.data.minilm import N_LAYERS, load_minilm, max_abs_diff_vs_hf
+from circuitlasso.data.minilm_saes import default_saes_dir, load_minilm_saes, saes_report
+
+HEADLINE = (
+    "sae_explained_variance_min",
+    "sae_dead_fraction_max",
+    "readout_test_accuracy",
+    "readout_majority_baseline",
+    "hidden_state_max_abs_diff_vs_hf",
+)
+
+
+def real_model_report(*, lam_ratio: float = 0.02, progress: bool = True) -> dict[str, Any]:
+    """The report as a dict: the :data:`HEADLINE` numbers, ``layers`` (per-layer SAE quality)
+    and the readout's ``readout_features`` (nonzero coefficients)."""
+    model = load_minilm()
+    layer = N_LAYERS - 1
+    saes = load_minilm_saes([layer])
+    train, dev = load_cola("train"), load_cola("dev")
+    report = saes_report(default_saes_dir())
+    Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)[layer]
+    Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)[layer]
+    fit = fit_label(Z_train, train.label.to_numpy(), lam_ratio, layer=layer)
+    y_dev = dev.label.to_numpy()
+    report["readout_test_accuracy"] = float(np.mean(fit.predict(Z_dev) == y_dev))
+    report["readout_majority_baseline"] = float(max(y_dev.mean(), 1 - y_dev.mean()))
+    report["readout_features"] = int(np.count_nonzero(fit.coef))
+    report["hidden_state_max_abs_diff_vs_hf"] = max_abs_diff_vs_hf(model, list(dev.sentence))
+    return report
+
+
+def format_real_model_report(report: dict[str, Any]) -> str:
+    """The per-layer SAE table and the readout, as text."""
+    table = pd.DataFrame(report["layers"]).T.rename_axis("layer")
+    cfg = report["config"]
+    return "\n".join(
+        [
+            f"SAEs: TopK, width {cfg['width']}, k {cfg['k']}, trained on "
+            f"{report['train_tokens']} tokens of CoLA train, scored on {report['dev_tokens']} "
+            "tokens of CoLA in-domain dev",
+            table.to_string(float_format=lambda v: f"{v:.3f}"),
+            f"readout on the last layer ({report['readout_features']} features): dev accuracy "
+            f"{report['readout_test_accuracy']:.3f}, majority class "
+            f"{report['readout_majority_baseline']:.3f}",
+            "hidden states vs the HF model: max abs diff "
+            f"{report['hidden_state_max_abs_diff_vs_hf']:.2e}",
+        ]
+    )

@@ -1,0 +1,103 @@
+"""The real pretrained encoder (all-MiniLM-L6-v2) as a HookedEncoder, against the HF model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from circuitlasso.cache import sha256_of
+from circuitlasso.data.cola import load_cola
+from circuitlasso.data.minilm import (
+    LAYER_HOOK,
+    N_LAYERS,
+    SHA256,
+    load_minilm,
+    minilm_files,
+    minilm_hf,
+)
+from circuitlasso.forward import (
+    prompt_batches,
+    real_token_mask,
+    run_with_hooks,
+    single_token_id,
+    token_strings,
+)
+
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_minilm()
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    train = load_cola("train", mirror=SHARED_DATA)
+    # short and long ones in each batch, so that every batch is padded
+    return [*train.sentence[:24], *train.sentence.sort_values(key=lambda s: -s.str.len())[:8]]
+
+
+def _hooked_states(model, tokens: torch.Tensor) -> list[torch.Tensor]:
+    saved: dict[str, torch.Tensor] = {}
+    hooks = [(LAYER_HOOK.format(layer=layer), lambda x, hook: saved.update({hook.name: x}))
+             for layer in range(N_LAYERS)]  # fmt: skip
+    run_with_hooks(model, tokens, hooks, stop_at_layer=N_LAYERS)
+    return [saved[LAYER_HOOK.format(layer=layer)] for layer in range(N_LAYERS)]
+
+
+def test_weights_are_verified_by_sha256() -> None:
+    files = minilm_files()
+    for name, sha in SHA256.items():
+        assert sha256_of(files[name]) == sha
+
+
+def test_a_mirror_with_other_bytes_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CIRCUITLASSO_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "config.json").write_text('{"hidden_size": 384}')
+    with pytest.raises(ValueError, match="config.json has sha256"):
+        minilm_files(mirror=tmp_path / "mirror")
+
+
+@torch.no_grad()
+def test_hidden_states_equal_the_hf_model_in_padded_batches(model, sentences) -> None:
+    hf = minilm_hf()
+    worst = 0.0
+    for tokens, _ in prompt_batches(model, sentences, batch_size=16):
+        attend = tokens != model.tokenizer.pad_token_id
+        assert not bool(attend.all())  # the batch is padded
+        reference = hf(input_ids=tokens, attention_mask=attend.long(), output_hidden_states=True)
+        for layer, state in enumerate(_hooked_states(model, tokens)):
+            diff = (state - reference.hidden_states[layer + 1])[attend].abs().max()
+            worst = max(worst, float(diff))
+    assert worst < 1e-4
+
+
+@torch.no_grad()
+def test_padding_does_not_change_a_prompts_states(model, sentences) -> None:
+    """The attention mask is honoured: a prompt in a padded batch reads as it does alone."""
+    (tokens, real), *_ = prompt_batches(model, sentences[:16] + sentences[-1:], batch_size=17)
+    batched = _hooked_states(model, tokens)
+    alone_tokens, _ = prompt_batches(model, sentences[:1], batch_size=1)[0]
+    alone = _hooked_states(model, alone_tokens)
+    n = alone_tokens.shape[1]
+    assert tokens.shape[1] > n
+    for layer in range(N_LAYERS):
+        torch.testing.assert_close(batched[layer][0, :n], alone[layer][0], atol=1e-5, rtol=0)
+
+
+def test_special_tokens_are_not_real_and_wordpieces_read_as_words(model) -> None:
+    (tokens, real), *_ = prompt_batches(model, ["He washed himself.", "Go."], batch_size=2)
+    words = token_strings(model, tokens[0])
+    assert words[0] == "[CLS]" and "[SEP]" in words
+    assert real.sum(1).tolist() == [int(real_token_mask(model, t).sum()) for t in tokens]
+    assert [w for w, r in zip(words, real[0].tolist(), strict=True) if r][0] == "he"
+    assert not bool(real[1, 3:].any())  # [SEP] and padding
+    assert token_strings(model, torch.tensor([single_token_id(model, "self")])) == ["self"]
+    with pytest.raises(ValueError, match="not a single token"):
+        single_token_id(model, "selfishness itself")
