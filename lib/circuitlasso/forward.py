@@ -105,13 +105,15 @@ def token_strings(model: Model, ids: torch.Tensor) -> list[str]:
 
 
 def single_token_id(model: Model, text: str) -> int:
-    """The id of ``text`` as one token of the model's vocabulary (ValueError unless it is one)."""
+    """The id of ``text`` as one token of the model's vocabulary (ValueError unless it is one);
+    an encoder also reads a continuation piece as :func:`token_strings` writes it (``-self``)."""
     if isinstance(model, HookedEncoder):
         assert model.tokenizer is not None
-        ids = model.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1:
-            raise ValueError(f"{text!r} is not a single token: {len(ids)} tokens")
-        return int(ids[0])
+        piece = f"##{text[1:]}" if text.startswith("-") and len(text) > 1 else text
+        found = model.tokenizer.convert_tokens_to_ids(piece)
+        if found is None or found == model.tokenizer.unk_token_id:
+            raise ValueError(f"{text!r} is not a single token of the model's vocabulary")
+        return int(found)
     return int(model.to_single_token(text))
 
 

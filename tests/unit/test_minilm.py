@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sklearn.metrics import r2_score
 
 from circuitlasso.cache import sha256_of
 from circuitlasso.data.cola import load_cola
@@ -17,6 +18,13 @@ from circuitlasso.data.minilm import (
     minilm_files,
     minilm_hf,
 )
+from circuitlasso.data.minilm_saes import (
+    MiniLMSAEConfig,
+    sae_quality,
+    token_activations,
+    train_layer_sae,
+)
+from circuitlasso.data.models import check_sae_fits
 from circuitlasso.forward import (
     prompt_batches,
     real_token_mask,
@@ -98,6 +106,24 @@ def test_special_tokens_are_not_real_and_wordpieces_read_as_words(model) -> None
     assert real.sum(1).tolist() == [int(real_token_mask(model, t).sum()) for t in tokens]
     assert [w for w, r in zip(words, real[0].tolist(), strict=True) if r][0] == "he"
     assert not bool(real[1, 3:].any())  # [SEP] and padding
-    assert token_strings(model, torch.tensor([single_token_id(model, "self")])) == ["self"]
+    for word in ("self", "-self", "."):
+        assert token_strings(model, torch.tensor([single_token_id(model, word)])) == [word]
     with pytest.raises(ValueError, match="not a single token"):
         single_token_id(model, "selfishness itself")
+
+
+def test_sae_training_is_seeded_and_scored_as_r2(model) -> None:
+    sentences = list(load_cola("train", mirror=SHARED_DATA).sentence[:400])
+    acts = token_activations(model, sentences)[2]
+    assert acts.shape == (sum(int(r.sum()) for _, r in prompt_batches(model, sentences, 64)), 384)
+    cfg = MiniLMSAEConfig(width=256, k=16, training_tokens=40_960, rounds=2)
+    sae = train_layer_sae(acts, 2, cfg)
+    again = train_layer_sae(acts, 2, cfg)
+    assert torch.equal(sae.W_dec, again.W_dec) and torch.equal(sae.W_enc, again.W_enc)
+    check_sae_fits(model, sae)  # reads LAYER_HOOK of layer 2
+    quality = sae_quality(sae, acts)
+    with torch.no_grad():
+        recon = sae.decode(sae.encode(acts))
+    r2 = r2_score(acts.numpy(), recon.numpy(), multioutput="variance_weighted")
+    assert quality["explained_variance"] == pytest.approx(r2, abs=1e-4)
+    assert quality["explained_variance"] > 0.5 and quality["l0"] == pytest.approx(16)

@@ -44,6 +44,12 @@ def test_sections_follow_toc_order(project: rp.Project) -> None:
     assert rp.profiles(project) == ["paper", "toy"]
 
 
+def test_a_profile_runs_the_sections_it_lists(project: rp.Project) -> None:
+    (project.params / "toy.yaml").write_text("alpha:\n  lam: 0.1\nbeta:\n  width: 2\n")
+    assert rp.profile_sections(project, "toy") == ["beta", "alpha"]
+    assert rp.profile_sections(project, "paper") == ["alpha"]
+
+
 def test_template_parameters_reads_defaults(project: rp.Project) -> None:
     assert rp.template_parameters(project.template("alpha")) == {
         "profile": "toy",

@@ -124,13 +124,15 @@ def collect_sae_features(
     only name the outputs. Row ``i`` of ``Z_layer`` is the mean of the SAE's features over the
     real tokens of ``prompts[i]``, float32.
 
-    Tokens: each prompt is tokenized with ``model.to_tokens`` (BOS prepended as the model's
-    ``default_prepend_bos`` says) and right-padded within its batch. Positions holding the
-    tokenizer's BOS, EOS or PAD id are left out of the average: they are the positions sae-lens
-    drops when training with ``exclude_special_tokens`` (as the toy SAEs are), and the BOS
-    position's large-norm activation would otherwise dominate every prompt's mean. With right
-    padding and causal attention, padding does not change the activations at real positions. A
-    prompt with no real token, or longer than the model's context, is an error naming it.
+    Tokens: each prompt is tokenized as the model reads it (:func:`circuitlasso.forward.
+    to_tokens`: a decoder's BOS prepended as its ``default_prepend_bos`` says, an encoder's
+    ``[CLS] ... [SEP]``) and right-padded within its batch. Positions holding a special id (BOS,
+    EOS, PAD, CLS, SEP) are left out of the average: they are the positions sae-lens drops when
+    training with ``exclude_special_tokens`` (as the toy SAEs are), and the BOS position's
+    large-norm activation would otherwise dominate every prompt's mean. Padding does not change
+    the activations at real positions: a decoder's attention is causal, an encoder is given the
+    attention mask. A prompt with no real token, or longer than the model's context, is an
+    error naming it.
 
     Streaming: prompts go through the model ``batch_size`` at a time, only up to the last block
     an SAE reads (``stop_at_layer``) and saving only the SAEs' hooks; the SAE encodes the real

@@ -121,8 +121,8 @@ def load_minilm(
     state = {k: v.detach().clone() for k, v in convert_bert_weights(source, cfg).items()}
     model = HookedEncoder(cfg, tokenizer=minilm_tokenizer(files), move_to_device=False)
     model.load_state_dict(state, strict=False)
-    model.to(device)
-    return model.to(dtype).eval()
+    model.to(device, print_details=False)
+    return model.to(dtype, print_details=False).eval()
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from circuitlasso.presentation import reproduce as rp
 def _reproduce(args: argparse.Namespace) -> int:
     project = rp.Project(args.root.resolve()) if args.root else rp.find_project()
     rp.check_choice("profile", args.profile, rp.profiles(project))
-    chosen = args.section or rp.sections(project)
+    chosen = args.section or rp.profile_sections(project, args.profile)
     for section in chosen:
         rp.check_choice("section", section, rp.sections(project))
     overrides = dict(rp.parse_assignment(item) for item in args.parameter)
@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--section",
         action="append",
         metavar="NAME",
-        help="section to run (template notebooks/NAME.ipynb); repeat for several; default: all",
+        help="section to run (template notebooks/NAME.ipynb); repeat for several; default: "
+        "every section the profile lists",
     )
     rep.add_argument(
         "-p",

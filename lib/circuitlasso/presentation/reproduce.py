@@ -89,6 +89,14 @@ def sections(project: Project) -> list[str]:
     return ordered + sorted(found - set(ordered))
 
 
+def profile_sections(project: Project, profile: str) -> list[str]:
+    """The sections ``notebooks/params/<profile>.yaml`` has an entry for, in book order: what
+    ``circuitlasso reproduce --profile <profile>`` runs by default."""
+    check_choice("profile", profile, profiles(project))
+    table = yaml.safe_load((project.params / f"{profile}.yaml").read_text()) or {}
+    return [s for s in sections(project) if s in table]
+
+
 def template_parameters(path: Path) -> dict[str, Any]:
     """Names and default values assigned in the template's ``parameters`` cell."""
     nb = nbformat.read(path, as_version=4)
