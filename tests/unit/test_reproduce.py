@@ -115,7 +115,7 @@ def test_cli_reports_one_line_errors(project: rp.Project, capsys: pytest.Capture
     assert err == "circuitlasso: error: unknown profile 'gpu'; valid: paper, toy"
     code = main(["reproduce", "--root", str(project.root), "-p", "zzz=1"])
     assert code == 2
-    assert "unknown parameter 'zzz'; valid: lam, profile, seed, width" in capsys.readouterr().err
+    assert "unknown parameter 'zzz'; valid: lam, profile, seed\n" in capsys.readouterr().err
 
 
 def test_help_describes_every_option(capsys: pytest.CaptureFixture) -> None:
