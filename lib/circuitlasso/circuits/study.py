@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from sae_lens import SAE
-from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
@@ -33,6 +32,7 @@ from circuitlasso.circuits.features import Features, LabelFit, frequent_features
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data import load_dataset
 from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.forward import Model
 from circuitlasso.timing import Stopwatch
 
 ABLATION_COLUMNS = ("train_loss", "nonzero", "validation_accuracy", "test_accuracy")
@@ -46,7 +46,7 @@ class FeatureStudy:
 
     name: str
     hook: str
-    model: HookedTransformer
+    model: Model
     saes: dict[int, SAE]
     train: pd.DataFrame
     test: pd.DataFrame

@@ -22,12 +22,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from sae_lens import SAE
-from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import cache_key, load_or_compute_chunks
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.executor import Executor
 from circuitlasso.forward import (
+    Model,
     check_prompts,
     mean_over_real,
     run_with_hooks,
@@ -45,7 +45,7 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
     return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
-def model_fingerprint(model: HookedTransformer) -> str:
+def model_fingerprint(model: Model) -> str:
     """Hex sha256 of the model's config and a strided sample of every parameter's values.
 
     Cheap even for billions of parameters, and different for models that share a name but not
@@ -107,7 +107,7 @@ def _csr_parts(means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def collect_sae_features(
-    model: HookedTransformer,
+    model: Model,
     saes: dict[int, SAE],
     prompts: Sequence[str],
     *,

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 from transformer_lens import HookedEncoder, HookedTransformerConfig
 from transformer_lens.pretrained.weight_conversions.bert import convert_bert_weights
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertConfig, BertModel, BertTokenizer
 from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from circuitlasso.cache import fetch
@@ -61,10 +61,10 @@ def minilm_files(mirror: str | Path | None = None) -> dict[str, Path]:
     }
 
 
-def minilm_tokenizer(files: dict[str, Path] | None = None) -> BertTokenizerFast:
+def minilm_tokenizer(files: dict[str, Path] | None = None) -> BertTokenizer:
     """The model's uncased WordPiece tokenizer: ``[CLS] ... [SEP]``, padded with ``[PAD]``."""
     files = files or minilm_files()
-    return BertTokenizerFast(tokenizer_file=str(files["tokenizer.json"]), do_lower_case=True)
+    return BertTokenizer(tokenizer_file=str(files["tokenizer.json"]), do_lower_case=True)
 
 
 def minilm_hf(files: dict[str, Path] | None = None) -> BertModel:
@@ -130,18 +130,19 @@ def max_abs_diff_vs_hf(
     model: HookedEncoder, sentences: list[str], *, batch_size: int = 32
 ) -> float:
     """Largest absolute difference, over every layer and every attended position of
-    ``sentences`` in right-padded batches, between ``LAYER_HOOK`` and the HF hidden state."""
-    hf = minilm_hf().to(model.cfg.device)
+    ``sentences`` in right-padded batches, between ``LAYER_HOOK`` and the HF hidden state
+    (the HF model runs on the CPU)."""
+    hf = minilm_hf()
     hooks = [LAYER_HOOK.format(layer=layer) for layer in range(model.cfg.n_layers)]
     saved: dict[str, torch.Tensor] = {}
     record = [(h, lambda x, hook: saved.update({hook.name: x})) for h in hooks]
     worst = 0.0
     for tokens, _ in prompt_batches(model, sentences, batch_size):
         run_with_hooks(model, tokens, record, stop_at_layer=model.cfg.n_layers)
-        attend = (tokens != hf.config.pad_token_id).to(model.cfg.device)
-        states = hf(input_ids=tokens.to(model.cfg.device), attention_mask=attend.long(),
+        attend = torch.ne(tokens, hf.config.pad_token_id or 0)
+        states = hf(input_ids=tokens, attention_mask=attend.long(),
                     output_hidden_states=True).hidden_states  # fmt: skip
         for layer, hook in enumerate(hooks):
-            diff = (saved[hook] - states[layer + 1])[attend].abs().max()
+            diff = (saved[hook].float().cpu() - states[layer + 1])[attend].abs().max()
             worst = max(worst, float(diff))
     return worst

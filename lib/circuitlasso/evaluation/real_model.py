@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from circuitlasso.circuits.features import fit_label
+from circuitlasso.circuits.features import fit_label, lam_ablation
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import N_LAYERS, load_minilm, max_abs_diff_vs_hf
@@ -30,9 +30,16 @@ HEADLINE = (
 )
 
 
-def real_model_report(*, lam_ratio: float = 0.02, progress: bool = True) -> dict[str, Any]:
-    """The report as a dict: the :data:`HEADLINE` numbers, ``layers`` (per-layer SAE quality)
-    and the readout's ``readout_features`` (nonzero coefficients)."""
+LAM_RATIOS = (0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+def real_model_report(
+    *, lam_ratios: tuple[float, ...] = LAM_RATIOS, progress: bool = True
+) -> dict[str, Any]:
+    """The report as a dict: the :data:`HEADLINE` numbers, ``layers`` (per-layer SAE quality),
+    the readout's penalty (``readout_lam_ratio``, chosen among ``lam_ratios`` on a validation
+    share of the training sentences, :func:`~circuitlasso.circuits.features.lam_ablation`) and
+    its ``readout_features`` (nonzero coefficients)."""
     model = load_minilm()
     layer = N_LAYERS - 1
     saes = load_minilm_saes([layer])
@@ -40,8 +47,10 @@ def real_model_report(*, lam_ratio: float = 0.02, progress: bool = True) -> dict
     report = saes_report(default_saes_dir())
     Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)[layer]
     Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)[layer]
-    fit = fit_label(Z_train, train.label.to_numpy(), lam_ratio, layer=layer)
-    y_dev = dev.label.to_numpy()
+    y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()
+    _, chosen = lam_ablation(Z_train, y_train, Z_dev, y_dev, lam_ratios, layer=layer)
+    fit = fit_label(Z_train, y_train, chosen, layer=layer)
+    report["readout_lam_ratio"] = chosen
     report["readout_test_accuracy"] = float(np.mean(fit.predict(Z_dev) == y_dev))
     report["readout_majority_baseline"] = float(max(y_dev.mean(), 1 - y_dev.mean()))
     report["readout_features"] = int(np.count_nonzero(fit.coef))
@@ -59,7 +68,8 @@ def format_real_model_report(report: dict[str, Any]) -> str:
             f"{report['train_tokens']} tokens of CoLA train, scored on {report['dev_tokens']} "
             "tokens of CoLA in-domain dev",
             table.to_string(float_format=lambda v: f"{v:.3f}"),
-            f"readout on the last layer ({report['readout_features']} features): dev accuracy "
+            f"readout on the last layer ({report['readout_features']} features, lam = "
+            f"{report['readout_lam_ratio']:g} lam_max): dev accuracy "
             f"{report['readout_test_accuracy']:.3f}, majority class "
             f"{report['readout_majority_baseline']:.3f}",
             "hidden states vs the HF model: max abs diff "

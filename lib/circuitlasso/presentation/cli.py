@@ -68,9 +68,13 @@ def _toy_report(args: argparse.Namespace) -> int:
 
 
 def _real_build(args: argparse.Namespace) -> int:
-    from circuitlasso.data.minilm_saes import build_minilm_saes
+    from circuitlasso.data.minilm_saes import MANIFEST_FILE, build_minilm_saes, default_saes_dir
 
-    print(f"SAEs written to {build_minilm_saes(args.out)}")
+    root = args.out or default_saes_dir()
+    if (root / MANIFEST_FILE).is_file() and not args.force:
+        print(f"SAEs already built at {root} (--force rebuilds them)")
+        return 0
+    print(f"SAEs written to {build_minilm_saes(root)}")
     return 0
 
 
@@ -193,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     real_build.add_argument(
         "--out", type=Path, default=None, help="output folder (default: under the cache)"
+    )
+    real_build.add_argument(
+        "--force", action="store_true", help="rebuild even if a complete build is there"
     )
     real_build.set_defaults(func=_real_build)
     real_report = real_commands.add_parser(
