@@ -143,6 +143,24 @@ def run_with_hooks(
     return model.run_with_hooks(tokens, fwd_hooks=list(hooks), stop_at_layer=stop_at_layer)
 
 
+def hook_activations(
+    model: Model,
+    tokens: torch.Tensor,
+    hooks: Sequence[str],
+    *,
+    stop_at_layer: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """``{hook: (B, P, d)}`` activations of ``model`` on ``tokens`` at each named hook
+    (:func:`run_with_hooks`, on the model's device)."""
+    saved: dict[str, torch.Tensor] = {}
+
+    def save(x: torch.Tensor, hook: Any) -> None:
+        saved[hook.name] = x
+
+    run_with_hooks(model, tokens, [(name, save) for name in hooks], stop_at_layer=stop_at_layer)
+    return saved
+
+
 def tokenize_batch(
     model: Model, prompts: list[str], first: int
 ) -> tuple[torch.Tensor, torch.Tensor]:

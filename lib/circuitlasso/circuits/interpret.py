@@ -23,9 +23,9 @@ from sae_lens import SAE
 from circuitlasso.circuits.features import Features
 from circuitlasso.forward import (
     Model,
+    hook_activations,
     prompt_ids,
     real_token_mask,
-    run_with_hooks,
     single_token_id,
     stop_at_layer,
     token_strings,
@@ -53,9 +53,8 @@ def token_values(
     batch = torch.full((len(tokens), width), pad if pad is not None else 0, dtype=torch.long)
     for row, ids in enumerate(tokens):
         batch[row, : len(ids)] = ids  # right padding, which the model does not attend to
-    saved: dict[str, torch.Tensor] = {}
-    run_with_hooks(model, batch, [(hook, lambda x, hook: saved.update(x=x))], stop_at_layer=stop)
-    values = sae.encode(saved["x"])[..., feature]
+    activations = hook_activations(model, batch, [hook], stop_at_layer=stop)[hook]
+    values = sae.encode(activations)[..., feature]
     values = values.float().cpu()  # on the model's device until here
     return [values[row, : len(ids)][_real(model, ids)].numpy() for row, ids in enumerate(tokens)]
 

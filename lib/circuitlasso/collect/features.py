@@ -16,7 +16,6 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,8 +28,8 @@ from circuitlasso.executor import Executor
 from circuitlasso.forward import (
     Model,
     check_prompts,
+    hook_activations,
     mean_over_real,
-    run_with_hooks,
     special_token_ids,
     stop_at_layer,
     to_dense,
@@ -191,14 +190,9 @@ def collect_sae_features(
         tokens, real = batches[i]
         first = starts[i]
         batch_prompts = prompts[first : first + len(tokens)]
-        saved: dict[str, torch.Tensor] = {}
-
-        def save(activation: torch.Tensor, hook: Any) -> None:
-            saved[hook.name] = activation
-
         parts = []
         with torch.inference_mode():
-            run_with_hooks(model, tokens, [(name, save) for name in hook_names], stop_at_layer=stop)
+            saved = hook_activations(model, tokens, hook_names, stop_at_layer=stop)
             for layer in layers:
                 activations = saved[hooks[layer]]
                 mask = real.to(activations.device)

@@ -26,7 +26,7 @@ from transformers import BertConfig, BertModel, BertTokenizer
 from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from circuitlasso.cache import fetch
-from circuitlasso.forward import prompt_batches, run_with_hooks
+from circuitlasso.forward import hook_activations, prompt_batches
 
 NAME = "all-minilm-l6-v2"
 REPO = "sentence-transformers/all-MiniLM-L6-v2"
@@ -134,11 +134,9 @@ def max_abs_diff_vs_hf(
     (the HF model runs on the CPU)."""
     hf = minilm_hf()
     hooks = [LAYER_HOOK.format(layer=layer) for layer in range(model.cfg.n_layers)]
-    saved: dict[str, torch.Tensor] = {}
-    record = [(h, lambda x, hook: saved.update({hook.name: x})) for h in hooks]
     worst = 0.0
     for tokens, _ in prompt_batches(model, sentences, batch_size):
-        run_with_hooks(model, tokens, record, stop_at_layer=model.cfg.n_layers)
+        saved = hook_activations(model, tokens, hooks, stop_at_layer=model.cfg.n_layers)
         attend = torch.ne(tokens, hf.config.pad_token_id or 0)
         states = hf(input_ids=tokens, attention_mask=attend.long(),
                     output_hidden_states=True).hidden_states  # fmt: skip

@@ -34,12 +34,15 @@ from transformer_lens import HookedEncoder
 from circuitlasso.cache import cache_key, cache_root
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm
-from circuitlasso.data.toyworld.artifacts import write_json, write_manifest
+from circuitlasso.data.toyworld.artifacts import (
+    MANIFEST_FILE,
+    REPORT_FILE,
+    write_json,
+    write_manifest,
+)
 from circuitlasso.data.toyworld.saes import reinitialize_dead_latents
-from circuitlasso.forward import prompt_batches, run_with_hooks, to_dense
+from circuitlasso.forward import hook_activations, prompt_batches, to_dense
 
-REPORT_FILE = "report.json"
-MANIFEST_FILE = "manifest.json"
 BUILD_COMMAND = "circuitlasso real build"
 
 
@@ -78,10 +81,8 @@ def token_activations(
     real tokens (row-major over sentences, then positions)."""
     hooks = [LAYER_HOOK.format(layer=layer) for layer in range(N_LAYERS)]
     parts: dict[int, list[torch.Tensor]] = {layer: [] for layer in range(N_LAYERS)}
-    saved: dict[str, torch.Tensor] = {}
-    record = [(h, lambda x, hook: saved.update({hook.name: x})) for h in hooks]
     for tokens, real in prompt_batches(model, sentences, batch_size):
-        run_with_hooks(model, tokens, record, stop_at_layer=N_LAYERS)
+        saved = hook_activations(model, tokens, hooks, stop_at_layer=N_LAYERS)
         for layer, hook in enumerate(hooks):
             parts[layer].append(saved[hook][real.to(saved[hook].device)].float().cpu())
     return {layer: torch.cat(p) for layer, p in parts.items()}
