@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install book test checks lint typecheck unit nbval nbval-perturbed baseline clean
+.PHONY: install browser book test checks lint typecheck unit nbval nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Debian's chromium, which the browser tests (tests/browser) drive with Playwright: Playwright's
+# own browser download needs more than the package registries
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:
+	test -x $(CHROMIUM) || ($(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
 book: install
-	$(BIN)/circuitlasso reproduce --profile toy
+	$(BIN)/circuitlasso reproduce  # the book's profiles: toy, and the real model where it answers
 	$(BIN)/jupyter-book build .
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
@@ -29,7 +37,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+unit: install browser
 	$(BIN)/pytest tests
 
 NBVAL := $(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks

@@ -49,6 +49,8 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_every_section_ran_without_error_cells(built_book: Path) -> None:
     project = rp.Project(built_book)
+    planned = rp.plan(project, rp.BOOK_PROFILES)
+    assert set(planned.values()) == {"toy", "real"}
     for section in rp.sections(project):
         nb = nbformat.read(project.executed(section), as_version=4)
         errors = [
@@ -59,7 +61,7 @@ def test_every_section_ran_without_error_cells(built_book: Path) -> None:
             if o.output_type == "error"
         ]
         assert not errors, f"{section}: error outputs {errors}"
-        assert nb.metadata["papermill"]["parameters"]["profile"] == "toy"
+        assert nb.metadata["papermill"]["parameters"]["profile"] == planned[section]
 
 
 @pytest.mark.slow
@@ -84,9 +86,9 @@ def test_section_chapters_show_their_figures(built_book: Path) -> None:
 
 
 @pytest.mark.slow
-def test_intro_names_the_profile_from_metadata(built_book: Path) -> None:
+def test_intro_names_the_profiles_from_metadata(built_book: Path) -> None:
     intro = (built_book / "_build" / "html" / "book" / "intro.html").read_text()
-    assert "built with the <strong>toy</strong> profile" in intro
+    assert "built with the <strong>real, toy</strong> profiles" in intro
 
 
 @pytest.mark.slow
@@ -96,11 +98,15 @@ def test_api_reference_documents_the_library(built_book: Path) -> None:
 
 
 @pytest.mark.slow
-def test_every_section_summary_matches_the_toy_reference(built_book: Path) -> None:
-    # notebooks/reference/toy.yaml: each number's value and the tolerance another machine's
-    # rounding is allowed (checked there by running the book under tests/perturbed-fp)
-    problems = rp.check_summaries(rp.Project(built_book), "toy")
-    assert problems == {section: [] for section in problems}
+def test_every_section_summary_matches_its_profile_reference(built_book: Path) -> None:
+    # notebooks/reference/<profile>.yaml: each number's value and the tolerance another
+    # machine's rounding is allowed (checked there by running the book under tests/perturbed-fp)
+    project = rp.Project(built_book)
+    planned = rp.plan(project, rp.BOOK_PROFILES)
+    for profile in set(planned.values()):
+        ran = [s for s, p in planned.items() if p == profile]
+        problems = rp.check_summaries(project, profile, ran)
+        assert problems == {section: [] for section in ran}
 
 
 @pytest.mark.slow

@@ -67,6 +67,14 @@ def test_run_summary_by_hand():
         "violation_categories_reached": {"reflexive": False, "agreement": True},
     }  # fmt: skip
     assert "violation_categories_reached" not in run_summary(label_fit, ablation, circuit)
+    concepts = pd.DataFrame(
+        {"roots": [1, 0], "longest chain": [3, 0]},
+        index=pd.Index(["reflexives", "tired_weary"], name="concept"),
+    )
+    assert run_summary(label_fit, ablation, circuit, concepts=concepts)["concepts"] == {
+        "reflexives": {"roots": 1, "longest_chain": 3},
+        "tired_weary": {"roots": 0, "longest_chain": 0},
+    }  # fmt: skip
     with pytest.raises(ValueError, match="lacks columns"):
         run_summary(label_fit, ablation.drop(columns="test_accuracy"), circuit)
 

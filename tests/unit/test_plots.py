@@ -40,3 +40,40 @@ def test_faithfulness_figure_names_missing_columns() -> None:
     table = sweep("CircuitLasso", [1, 2])
     with pytest.raises(ValueError, match=r"edge table lacks columns \['completeness'\]"):
         plots.faithfulness_curves(table, table.drop(columns="completeness"))
+
+
+@pytest.mark.parametrize("n_layers", [3, 12])
+def test_circuit_tree_is_readable_at_page_width(n_layers: int) -> None:
+    """At most the page wide whatever the layer count, fonts of at least 7.5 points, and no two
+    texts overlapping or leaving the figure."""
+    from circuitlasso.circuits.circuit import Circuit
+
+    circuit = Circuit()
+    for layer in range(n_layers):
+        for i in range(6):
+            circuit.add_node(f"z{layer}.{10000 + i}", layer=layer, feature=10000 + i,
+                             importance=float(i))  # fmt: skip
+            if layer:
+                circuit.add_edge(f"z{layer - 1}.{10000 + (i * 7) % 6}", f"z{layer}.{10000 + i}",
+                                 coef=0.5, type="merging")  # fmt: skip
+    labels = {node: "themselves, herself, everybody, somewhere" for node in circuit}
+    fig = plots.circuit_tree(circuit, labels)
+    assert fig.get_figwidth() <= plots.PAGE_WIDTH
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.axes[0].texts if t.get_text()]
+    assert len(texts) == 2 * 6 * n_layers + n_layers  # names, captions, layer titles
+    assert min(t.get_fontsize() for t in texts) >= 7.5
+    frame = fig.bbox
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for box in boxes:
+        assert (
+            frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 <= box.y1 <= frame.y1
+        )
+    overlapping = [
+        (texts[i].get_text(), texts[j].get_text())
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if boxes[i].overlaps(boxes[j])
+    ]
+    assert overlapping == []
+    plt.close(fig)

@@ -50,6 +50,26 @@ def test_a_profile_runs_the_sections_it_lists(project: rp.Project) -> None:
     assert rp.profile_sections(project, "paper") == ["alpha"]
 
 
+def test_each_section_runs_on_the_last_profile_listing_it(project: rp.Project) -> None:
+    (project.params / "toy.yaml").write_text("alpha:\n  lam: 0.1\nbeta:\n  width: 2\n")
+    assert rp.plan(project, ["toy", "paper"]) == {"beta": "toy", "alpha": "paper"}
+    assert rp.plan(project, ["paper", "toy"]) == {"beta": "toy", "alpha": "toy"}
+    assert rp.plan(project, ["toy", "paper"], ["alpha"]) == {"alpha": "paper"}
+    with pytest.raises(rp.ReproduceError, match="no chosen profile lists section 'beta'"):
+        rp.plan(project, ["paper"], ["beta"])
+
+
+def test_cells_tagged_for_another_profile_are_left_out() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(text) for text in ("both", "toy", "real")]
+    nb.cells[1].metadata["tags"] = ["only-toy"]
+    nb.cells[2].metadata["tags"] = ["only-real", "hide-input"]
+    assert [c.source for c in rp.profile_cells(nb, "toy").cells] == ["both", "toy"]
+    assert [c.source for c in rp.profile_cells(nb, "real").cells] == ["both", "real"]
+    assert [c.source for c in rp.profile_cells(nb, "paper").cells] == ["both"]
+    assert len(nb.cells) == 3
+
+
 def test_template_parameters_reads_defaults(project: rp.Project) -> None:
     assert rp.template_parameters(project.template("alpha")) == {
         "profile": "toy",
@@ -113,7 +133,7 @@ def test_cli_reports_one_line_errors(project: rp.Project, capsys: pytest.Capture
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err == "circuitlasso: error: unknown profile 'gpu'; valid: paper, toy"
-    code = main(["reproduce", "--root", str(project.root), "-p", "zzz=1"])
+    code = main(["reproduce", "--root", str(project.root), "--profile", "toy", "-p", "zzz=1"])
     assert code == 2
     assert "unknown parameter 'zzz'; valid: lam, profile, seed\n" in capsys.readouterr().err
 

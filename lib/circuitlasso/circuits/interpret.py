@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,41 @@ def _highlight(words: list[str], values: np.ndarray) -> str:
     return " ".join(f"[{w.strip()}]" if i == top else w.strip() for i, w in enumerate(words))
 
 
+@dataclass(frozen=True)
+class Activation:
+    """One prompt's activation of a feature: its row of ``Z``, its real tokens ``(T,)``, the
+    feature's value at each of them ``values: (T,)`` and its token average ``mean``."""
+
+    row: int
+    tokens: list[str]
+    values: np.ndarray
+    mean: float
+
+
+def top_activations(
+    model: Model,
+    sae: SAE,
+    feature: int,
+    prompts: Sequence[str],
+    Z: Features,
+    n: int = 8,
+) -> list[Activation]:
+    """The ``n`` prompts with the largest token-averaged activation ``Z[:, feature]`` (``Z: (M,
+    D)`` from the collector; prompts where it is zero left out), largest first, with the
+    feature's value at each real token."""
+    if Z.shape[0] != len(prompts):
+        raise ValueError(f"Z has {Z.shape[0]} rows but there are {len(prompts)} prompts")
+    column = np.asarray(Z[:, feature].toarray()).ravel()
+    order = np.argsort(-column, kind="stable")[:n]
+    order = order[column[order] > 0]
+    tokens = [prompt_ids(model, prompts[i]) for i in order]
+    values = token_values(model, sae, feature, tokens)
+    return [
+        Activation(int(i), [w.strip() for w in _words(model, ids)], vals, float(column[i]))
+        for i, ids, vals in zip(order, tokens, values, strict=True)
+    ]
+
+
 def top_prompts(
     model: Model,
     sae: SAE,
@@ -85,30 +121,21 @@ def top_prompts(
     n: int = 8,
 ) -> pd.DataFrame:
     """Multi-prompt table: the ``n`` prompts with the largest token-averaged activation
-    ``Z[:, feature]`` (``Z: (M, D)`` from the collector), with per-token values.
+    ``Z[:, feature]`` (``Z: (M, D)`` from the collector), with per-token values
+    (:func:`top_activations`).
 
     Columns: ``prompt`` (most active token in [brackets]), ``value`` (token-averaged),
     ``per_token`` (values at the real tokens, rounded), ``top_token``.
     """
-    if Z.shape[0] != len(prompts):
-        raise ValueError(f"Z has {Z.shape[0]} rows but there are {len(prompts)} prompts")
-    column = np.asarray(Z[:, feature].toarray()).ravel()
-    order = np.argsort(-column, kind="stable")[:n]
-    order = order[column[order] > 0]
-    tokens = [prompt_ids(model, prompts[i]) for i in order]
-    rows = []
-    for i, ids, values in zip(
-        order, tokens, token_values(model, sae, feature, tokens), strict=True
-    ):
-        words = _words(model, ids)
-        rows.append(
-            {
-                "prompt": _highlight(words, values),
-                "value": float(column[i]),
-                "per_token": tuple(np.round(values, 3).tolist()),
-                "top_token": words[int(np.argmax(values))].strip(),
-            }
-        )
+    rows = [
+        {
+            "prompt": _highlight(top.tokens, top.values),
+            "value": top.mean,
+            "per_token": tuple(np.round(top.values, 3).tolist()),
+            "top_token": top.tokens[int(np.argmax(top.values))],
+        }
+        for top in top_activations(model, sae, feature, prompts, Z, n)
+    ]
     return pd.DataFrame(rows, columns=["prompt", "value", "per_token", "top_token"])
 
 

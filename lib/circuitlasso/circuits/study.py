@@ -181,6 +181,14 @@ class FeatureStudy:
             self.model, self.saes[layer], int(feature), self.prompts, Z, n=n
         )
 
+    def top_activations(self, layer: int, feature: int, n: int = 8) -> list[interpret.Activation]:
+        """The feature's ``n`` top training prompts, each with its tokens and per-token values
+        (:func:`~circuitlasso.circuits.interpret.top_activations`)."""
+        Z = self._features(layer)
+        return interpret.top_activations(
+            self.model, self.saes[layer], int(feature), self.prompts, Z, n=n
+        )
+
     def root_prompts(
         self, label_fit: LabelFit, circuit: Circuit, roots: int = 2, n: int = 6
     ) -> list[pd.DataFrame]:
@@ -239,11 +247,14 @@ def run_summary(
     ablation: pd.DataFrame,
     circuit: Circuit,
     violations: Mapping[str, bool] | None = None,
+    concepts: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The JSON summary of a feature-circuit run: the label regression's ``lam`` and nonzero
     coefficients, per ``lam`` of the ablation (:func:`~circuitlasso.circuits.features.lam_ablation`)
     its train loss, nonzero count and validation and test accuracy, the circuit's node and edge
-    counts with its edges by type, and, when given, which planted violations it reaches."""
+    counts with its edges by type, and, when given, which planted violations it reaches and, per
+    concept of ``concepts`` (:func:`~circuitlasso.evaluation.findings.concept_table`), its roots
+    and longest chain."""
     missing = [c for c in ("lam", *ABLATION_COLUMNS) if c not in ablation.columns]
     if missing:
         raise ValueError(f"the ablation table lacks columns {missing}")
@@ -263,4 +274,9 @@ def run_summary(
     }
     if violations is not None:
         summary["violation_categories_reached"] = {str(v): bool(r) for v, r in violations.items()}
+    if concepts is not None:
+        summary["concepts"] = {
+            str(name): {"roots": int(row["roots"]), "longest_chain": int(row["longest chain"])}
+            for name, row in concepts.iterrows()
+        }
     return summary

@@ -446,7 +446,7 @@ class Surrogate:
             delta = np.asarray((self.Z[columns.parent] @ (kept - columns.coef)).todense())
             if columns.parent in deltas:
                 below = self.layers[columns.parent].children
-                delta += deltas[columns.parent] @ kept[below].toarray()
+                delta += deltas[columns.parent] @ kept[below]  # dense @ sparse: O(M * nnz)
             deltas[layer] = delta
             values[layer] = self.Z[layer][:, columns.children].toarray() + delta
         return values

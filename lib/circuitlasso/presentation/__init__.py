@@ -1,2 +1,3 @@
-"""Presentation: figures (``plots``), section runs and their checked summaries (``reproduce``) and
-the ``circuitlasso`` command (``cli``)."""
+"""Presentation: figures (``plots``), a circuit's interactive explorer (``explorer``), section
+runs and their checked summaries (``reproduce``), the book's Sphinx extension (``book``) and the
+``circuitlasso`` command (``cli``)."""

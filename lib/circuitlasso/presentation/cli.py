@@ -1,5 +1,5 @@
 """The ``circuitlasso`` command: rerun book sections, build and inspect the toy world and the
-real model's SAEs."""
+real model's SAEs, write a circuit's interactive explorer."""
 
 from __future__ import annotations
 
@@ -14,19 +14,22 @@ from circuitlasso.presentation import reproduce as rp
 
 def _reproduce(args: argparse.Namespace) -> int:
     project = rp.Project(args.root.resolve()) if args.root else rp.find_project()
-    rp.check_choice("profile", args.profile, rp.profiles(project))
-    chosen = args.section or rp.profile_sections(project, args.profile)
-    for section in chosen:
-        rp.check_choice("section", section, rp.sections(project))
+    for profile in args.profile:
+        rp.check_choice("profile", profile, rp.profiles(project))
+    chosen = rp.plan(project, args.profile, args.section)
     overrides = dict(rp.parse_assignment(item) for item in args.parameter)
     per_section = rp.split_overrides(project, chosen, overrides)
-    plans = {s: rp.resolve_parameters(project, args.profile, s, per_section[s]) for s in chosen}
-    if args.update_baseline and (args.profile != "toy" or overrides):
-        raise rp.ReproduceError("--update-baseline needs the toy profile and no -p overrides")
+    plans = {
+        s: rp.resolve_parameters(project, profile, s, per_section[s])
+        for s, profile in chosen.items()
+    }
+    if args.update_baseline and (set(chosen.values()) != {"toy"} or overrides):
+        raise rp.ReproduceError("--update-baseline needs --profile toy and no -p overrides")
     if args.check and overrides:
         raise rp.ReproduceError("--check compares with the profile's reference: no -p overrides")
     for section, parameters in plans.items():
-        print(f"[{section}] profile={args.profile} parameters={json.dumps(parameters)}", flush=True)
+        print(f"[{section}] profile={chosen[section]} parameters={json.dumps(parameters)}",
+              flush=True)  # fmt: skip
         out = rp.run_section(project, section, parameters, progress=not args.no_progress)
         print(f"[{section}] wrote {out}", flush=True)
         if args.update_baseline:
@@ -35,12 +38,15 @@ def _reproduce(args: argparse.Namespace) -> int:
     print(f"wrote {rp.write_build_info(project)}")
     if not args.check:
         return 0
-    problems = rp.check_summaries(project, args.profile, chosen)
-    for section, found in problems.items():
-        verdict = "matches the reference" if not found else f"{len(found)} departure(s)"
-        print(f"[{section}] summary {verdict}: {project.reference(args.profile)}")
-        for line in found:
-            print(f"  {line}")
+    problems: dict[str, list[str]] = {}
+    for profile in dict.fromkeys(chosen.values()):
+        ran = [s for s, p in chosen.items() if p == profile]
+        for section, found in rp.check_summaries(project, profile, ran).items():
+            problems[section] = found
+            verdict = "matches the reference" if not found else f"{len(found)} departure(s)"
+            print(f"[{section}] summary {verdict}: {project.reference(profile)}")
+            for line in found:
+                print(f"  {line}")
     return 1 if any(problems.values()) else 0
 
 
@@ -91,11 +97,25 @@ def _real_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explore(args: argparse.Namespace) -> int:
+    from circuitlasso.presentation.explorer import load_data, write_html
+
+    out = args.out or args.data.with_suffix(".html")
+    try:
+        data = load_data(args.data)
+    except (OSError, ValueError) as err:
+        print(f"circuitlasso: error: {err}", file=sys.stderr)
+        return 2
+    print(f"explorer written to {write_html(data, out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="circuitlasso",
         description="Circuit discovery by sparse regression: rerun the book's sections with "
-        "papermill and build or inspect the offline toy world.",
+        "papermill, build or inspect the offline toy world and the real model's SAEs, and "
+        "write a circuit's interactive explorer.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -107,16 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "--profile",
-        default="toy",
-        help="parameter profile from notebooks/params/<profile>.yaml: 'toy' (offline, CPU, "
-        "minutes; default) or 'paper' (the paper's models and data; needs network and a GPU)",
+        nargs="+",
+        default=list(rp.BOOK_PROFILES),
+        metavar="NAME",
+        help="parameter profile(s) from notebooks/params/<NAME>.yaml: 'toy' (the offline toy "
+        "world, CPU, minutes), 'real' (a real pretrained encoder, offline, CPU, minutes) or "
+        "'paper' (the paper's models and data; needs network and a GPU). With several, each "
+        "section runs on the last one that lists it. Default: the book's, "
+        f"{' '.join(rp.BOOK_PROFILES)}",
     )
     rep.add_argument(
         "--section",
         action="append",
         metavar="NAME",
         help="section to run (template notebooks/NAME.ipynb); repeat for several; default: "
-        "every section the profile lists",
+        "every section the profiles list",
     )
     rep.add_argument(
         "-p",
@@ -211,6 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
         "if they are missing.",
     )
     real_report.set_defaults(func=_real_report)
+
+    explore = commands.add_parser(
+        "explore",
+        help="write a circuit's interactive explorer as one HTML file",
+        description="Read explorer JSON (schema circuitlasso.explorer/1, written by "
+        "circuitlasso.presentation.explorer.save_data) and write one self-contained HTML page: "
+        "open it in any browser, offline, no server.",
+    )
+    explore.add_argument("data", type=Path, metavar="DATA.json", help="the explorer JSON")
+    explore.add_argument(
+        "--out", type=Path, default=None, help="the HTML file (default: DATA.html beside DATA.json)"
+    )
+    explore.set_defaults(func=_explore)
     return parser
 
 

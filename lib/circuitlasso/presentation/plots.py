@@ -3,6 +3,8 @@ a Figure."""
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -139,50 +141,78 @@ EDGE_COLORS = {
 }
 
 
-def circuit_tree(graph: Circuit, labels: dict[str, str] | None = None) -> Figure:
+PAGE_WIDTH = 8.0
+"""Inches: the book's text column at the inline backend's 100 dpi. A figure no wider is shown at
+its own size, so the font sizes set here are the ones a reader sees."""
+NAME_PT, CAPTION_PT = 9.0, 8.0
+
+
+def circuit_tree(graph: Circuit, labels: dict[str, str] | None = None, *, lines: int = 2
+                 ) -> Figure:  # fmt: skip
     """A traced SAE-feature circuit like the paper's Fig. 3: one column per layer, nodes named
-    ``z{layer}.{feature}`` with an optional label below, edges coloured by their ``type``
-    (persistence black, merging blue, dropping orange, other or unclassified grey), width by
-    ``|coef|``."""
+    ``z{layer}.{feature}`` with an optional label below (wrapped to the column, at most
+    ``lines`` lines), edges coloured by their ``type`` (persistence black, merging blue, dropping
+    orange, other or unclassified grey), width by ``|coef|``.
+
+    At most :data:`PAGE_WIDTH` wide, whatever the number of layers, with the height growing with
+    the tallest column, names shrunk to their column if need be (to about 7.5 points at 12
+    layers): readable at the book's page width."""
     layers = sorted({data["layer"] for _, data in graph.nodes(data=True)})
     columns: dict[int, list[str]] = {layer: [] for layer in layers}
     for node, data in sorted(graph.nodes(data=True), key=lambda item: -item[1]["importance"]):
         columns[data["layer"]].append(node)
     tallest = max(len(nodes) for nodes in columns.values())
+    width = min(PAGE_WIDTH, 1.9 * len(layers) + 0.4)
+    column = 72 * width / len(layers)  # points
+    chars = max(6, int(column / (0.62 * CAPTION_PT)))  # a caption line's characters
+    longest = max(len(node) for node in graph.nodes)
+    name_pt = min(NAME_PT, column / (0.64 * longest + 0.5))  # names narrower than their column
+    captions = {
+        node: textwrap.wrap(text, chars, max_lines=lines, placeholder="…")
+        for node, text in (labels or {}).items()
+    }
+    row = (2.2 * name_pt + 1.25 * CAPTION_PT * lines + 4) / 72  # inches per node
+    header, footer = 0.35, 0.4  # inches: layer titles, legend
+    fig = plt.figure(figsize=(width, tallest * row + header + footer))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(-0.56, len(layers) - 0.44)
+    ax.set_ylim(-(tallest - 0.5) - footer / row, 0.5 + header / row)  # one y unit is one row
     position = {
-        node: (x, (len(nodes) - 1) / 2 - y)
+        node: (x, -((tallest - len(nodes)) / 2 + y))
         for x, layer in enumerate(layers)
         for nodes in [columns[layer]]
         for y, node in enumerate(nodes)
     }
-    fig, ax = plt.subplots(figsize=(2.6 * len(layers) + 1, 0.9 * tallest + 1.5))
+    offset = 0.8 * name_pt / 72 / row  # from a name's centre to below its box, in rows
+    boxes = {}
+    for node, (x, y) in position.items():
+        box = {"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.4"}
+        boxes[node] = ax.text(x, y, node, ha="center", va="center", fontsize=name_pt, zorder=3,
+                              bbox=box)  # fmt: skip
+        if captions.get(node):
+            ax.text(x, y - offset, "\n".join(captions[node]), ha="center", va="top",
+                    fontsize=CAPTION_PT, color="0.25", linespacing=1.1, zorder=3)  # fmt: skip
     weights = [abs(d["coef"]) for _, _, d in graph.edges(data=True)] or [1.0]
     for parent, child, data in graph.edges(data=True):
-        (x0, y0), (x1, y1) = position[parent], position[child]
         ax.annotate(
             "",
-            xy=(x1 - 0.12, y1),
-            xytext=(x0 + 0.12, y0),
+            xy=position[child],
+            xytext=position[parent],
+            zorder=1,
             arrowprops={
                 "arrowstyle": "-|>",
                 "color": EDGE_COLORS.get(data.get("type", ""), "grey"),
                 "lw": 0.8 + 2.5 * abs(data["coef"]) / max(weights),
+                "patchA": boxes[parent].get_bbox_patch(),  # from box edge to box edge
+                "patchB": boxes[child].get_bbox_patch(),
             },
         )
-    for node, (x, y) in position.items():
-        ax.text(x, y, node, ha="center", va="center", fontsize=9,
-                bbox={"boxstyle": "round", "fc": "white", "ec": "0.4"})  # fmt: skip
-        if labels and labels.get(node):
-            ax.text(x, y - 0.3, labels[node], ha="center", va="top", fontsize=7, color="0.25")
     for x, layer in enumerate(layers):
-        ax.text(x, (tallest - 1) / 2 + 0.8, f"layer {layer}", ha="center", fontweight="bold")
+        ax.text(x, 0.5 + header / row / 2, f"layer {layer}", ha="center", va="center",
+                fontsize=NAME_PT, fontweight="bold")  # fmt: skip
     handles = [plt.Line2D([], [], color=c, label=t) for t, c in EDGE_COLORS.items()]
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=4,
-              fontsize="small", frameon=False)  # fmt: skip
-    ax.set_xlim(-0.6, len(layers) - 0.4)
-    ax.set_ylim(-(tallest - 1) / 2 - 0.9, (tallest - 1) / 2 + 1.1)
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=CAPTION_PT, frameon=False)
     ax.axis("off")
-    fig.tight_layout()
     return fig
 
 

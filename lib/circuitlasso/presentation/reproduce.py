@@ -27,6 +27,10 @@ from circuitlasso.cache import atomic_path
 
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
+ONLY_TAG = "only-"  # a cell tagged only-<profile> is kept on that profile alone
+BOOK_PROFILES = ("toy", "real")  # what `make book` runs: each section on the last that lists it
+HIDE_INPUT_TAG = "hide-input"  # the book shows the cell's output, its code behind a toggle
+LONG_CELL = 5  # lines of code above which an executed cell's code is collapsed in the book
 
 
 class ReproduceError(ValueError):
@@ -95,6 +99,40 @@ def profile_sections(project: Project, profile: str) -> list[str]:
     check_choice("profile", profile, profiles(project))
     table = yaml.safe_load((project.params / f"{profile}.yaml").read_text()) or {}
     return [s for s in sections(project) if s in table]
+
+
+def plan(
+    project: Project, chosen_profiles: Iterable[str], chosen: Iterable[str] | None = None
+) -> dict[str, str]:
+    """``{section: profile}`` in book order: each section runs on the last of
+    ``chosen_profiles`` that lists it (``BOOK_PROFILES``: the toy world everywhere, the real
+    model where it can answer). ``chosen`` restricts the plan to those sections."""
+    assigned: dict[str, str] = {}
+    for profile in chosen_profiles:
+        assigned.update(dict.fromkeys(profile_sections(project, profile), profile))
+    if chosen is None:
+        return {s: assigned[s] for s in sections(project) if s in assigned}
+    chosen = list(chosen)
+    for section in chosen:
+        check_choice("section", section, sections(project))
+        if section not in assigned:
+            raise ReproduceError(f"no chosen profile lists section '{section}'")
+    return {s: assigned[s] for s in sections(project) if s in chosen}
+
+
+def profile_cells(nb: nbformat.NotebookNode, profile: str) -> nbformat.NotebookNode:
+    """``nb`` without the cells tagged ``only-<other profile>``: a template's prose or checks
+    that hold for one profile only (e.g. ``only-toy`` for the planted ground truth). A shallow
+    copy: the kept cells are ``nb``'s own."""
+    kept = [
+        cell
+        for cell in nb.cells
+        if all(
+            not tag.startswith(ONLY_TAG) or tag == ONLY_TAG + profile
+            for tag in cell.metadata.get("tags", [])
+        )
+    ]
+    return nbformat.NotebookNode({**nb, "cells": kept})
 
 
 def template_parameters(path: Path) -> dict[str, Any]:
@@ -177,7 +215,8 @@ def run_section(
     progress: bool = True,
     kernel_name: str = "python3",
 ) -> Path:
-    """Execute one template into ``book/sections/<section>.ipynb``; return that path.
+    """Execute one template into ``book/sections/<section>.ipynb``; return that path. Its long
+    code cells are collapsed in the book (:func:`collapse_long_cells`).
 
     On failure the partly executed notebook is kept there and a ReproduceError names the cell.
     """
@@ -186,9 +225,10 @@ def run_section(
 
     out = project.executed(section)
     out.parent.mkdir(parents=True, exist_ok=True)
+    template = nbformat.read(project.template(section), as_version=4)
     try:
         papermill.execute_notebook(
-            str(project.template(section)),
+            profile_cells(template, str(parameters.get("profile", "toy"))),
             str(out),
             parameters=dict(parameters),
             kernel_name=kernel_name,
@@ -208,7 +248,32 @@ def run_section(
             f"section '{section}' failed in cell {err.cell_index} [{code}]: "
             f"{err.ename}: {message} -- see {out}"
         ) from None
+    executed = nbformat.read(out, as_version=4)
+    if collapse_long_cells(executed):
+        with atomic_path(out) as tmp:
+            nbformat.write(executed, tmp)
     return out
+
+
+def collapse_long_cells(nb: nbformat.NotebookNode, lines: int = LONG_CELL) -> int:
+    """Tag ``hide-input`` every code cell of ``nb`` with more than ``lines`` lines of code (blank
+    lines and comments left out), but the injected parameters: the values a run used stay in
+    view. Returns how many cells were newly tagged. For the executed copies only: the templates
+    are the nbval baselines."""
+    tagged = 0
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type != "code" or INJECTED_TAG in tags or HIDE_INPUT_TAG in tags:
+            continue
+        code = [
+            line
+            for line in cell.source.splitlines()
+            if line.strip() and not line.strip().startswith("#")
+        ]
+        if len(code) > lines:
+            cell.metadata["tags"] = [*tags, HIDE_INPUT_TAG]
+            tagged += 1
+    return tagged
 
 
 def update_baseline(project: Project, section: str) -> None:
@@ -220,9 +285,10 @@ def update_baseline(project: Project, section: str) -> None:
     executed = nbformat.read(project.executed(section), as_version=4)
     template = nbformat.read(project.template(section), as_version=4)
     cells = [c for c in executed.cells if INJECTED_TAG not in c.metadata.get("tags", [])]
-    if [c.source for c in cells] != [c.source for c in template.cells]:
+    toy_cells = profile_cells(template, "toy").cells
+    if [c.source for c in cells] != [c.source for c in toy_cells]:
         raise ReproduceError(f"section '{section}': executed copy does not match its template")
-    for target, source in zip(template.cells, cells, strict=True):
+    for target, source in zip(toy_cells, cells, strict=True):
         if target.cell_type == "code":
             target.outputs = source.outputs
             target.execution_count = source.execution_count
@@ -249,8 +315,9 @@ def write_build_info(project: Project) -> Path:
     info = build_info(project)
     used = sorted({entry["profile"] for entry in info.values()})
     lines = [
-        f"This book was built with the **{', '.join(used) or 'unknown'}** profile "
-        "(read from the papermill metadata of the executed notebooks).",
+        f"This book was built with the **{', '.join(used) or 'unknown'}** "
+        f"profile{'s' if len(used) > 1 else ''} (read from the papermill metadata of the "
+        "executed notebooks).",
         "",
         "| section | profile | parameters |",
         "|---|---|---|",

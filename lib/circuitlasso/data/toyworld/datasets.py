@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from circuitlasso.data.concepts import dominant_concept
 from circuitlasso.data.toyworld.grammar import (
     GENDERS,
     PROFESSIONS,
@@ -181,12 +182,4 @@ def minimal_pairs(seed: int, violation: str, n_pairs: int) -> list[tuple[str, st
 def dominant_category(tokens: Counter[str], min_share: float = 0.5) -> str | None:
     """The planted category holding at least ``min_share`` of ``tokens`` (a feature's top
     tokens with their counts), or None: the ground truth a feature's label is checked against."""
-    total = sum(tokens.values())
-    if total == 0:
-        return None
-    shares = {
-        name: sum(n for word, n in tokens.items() if word in members) / total
-        for name, members in token_categories().items()
-    }
-    best = max(shares, key=lambda name: shares[name])
-    return best if shares[best] >= min_share else None
+    return dominant_concept(tokens, token_categories(), min_share)

@@ -18,10 +18,12 @@ import numpy as np
 import torch
 from sae_lens import SAE
 from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
 from transformer_lens import HookedTransformer
 
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.forward import (
+    Model,
     mean_over_real,
     prompt_batches,
     run_with_hooks,
@@ -32,7 +34,7 @@ from circuitlasso.forward import (
 Node = tuple[int, int]  # (layer, SAE feature)
 
 
-def check_hook(model: HookedTransformer, hook: str) -> None:
+def check_hook(model: Model, hook: str) -> None:
     """Raise ``ValueError`` unless ``hook`` is a hook of ``model``."""
     if hook not in model.hook_dict:
         raise ValueError(
@@ -55,7 +57,7 @@ def zero_masks(saes: Mapping[int, SAE], nodes: Collection[Node]) -> dict[int, to
 
 
 def pooled_activations(
-    model: HookedTransformer,
+    model: Model,
     hook: str,
     prompts: Sequence[str],
     *,
@@ -110,7 +112,10 @@ def fit_probe(X: Any, y: np.ndarray, *, C: float = 1.0) -> Probe:
     choice of SAE features."""
     if X.shape[0] != len(y):
         raise ValueError(f"X has {X.shape[0]} rows but there are {len(y)} labels")
-    model = LogisticRegression(C=C, max_iter=10_000).fit(X, y)
+    # one BLAS thread: on these small products, BLAS threads next to torch's OpenMP threads
+    # make the fit 30 times slower, not faster
+    with threadpool_limits(1):
+        model = LogisticRegression(C=C, max_iter=10_000).fit(X, y)
     return Probe(model.coef_[0].astype(np.float64), float(model.intercept_[0]))
 
 

@@ -1,0 +1,140 @@
+"""The paper's qualitative CoLA findings (Sec. 4.2.1), looked for in a traced feature circuit.
+
+The paper labels four GPT-2 roots ("-self", "hunger/thirst", "tired/weary", ending
+punctuation), follows "-self" down five layers (persistence) and shows features that merge or
+drop their parents' concepts. Here a node *is* a concept when at least half of its top tokens
+are the concept's words (:func:`~circuitlasso.data.concepts.dominant_concept`); the circuit
+must have been interpreted (:meth:`~circuitlasso.circuits.study.FeatureStudy.interpret_circuit`:
+node ``top_tokens``, edge ``type``).
+
+- :func:`concept_table`: per concept, what the paper reports and which of the circuit's nodes
+  are that concept, how many are roots, and the longest chain of them over consecutive layers.
+- :func:`edge_type_table`: per edge type, how many edges have it and the strongest one.
+
+Whether a circuit for the readout ``A_{L,y}`` can say anything depends on the readout having
+learned the label: :func:`readout_baselines` puts its test accuracy beside the majority class
+and a dense probe on the same layer's activations (every direction, not a sparse choice of SAE
+features), which tells a readout that misses the label from a model that does not carry it
+linearly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from circuitlasso.circuits import trace as tr
+from circuitlasso.circuits.circuit import Circuit
+from circuitlasso.circuits.features import LabelFit
+from circuitlasso.circuits.study import FeatureStudy
+from circuitlasso.data.concepts import ENGLISH_CONCEPTS, dominant_concept
+from circuitlasso.evaluation.debias.probes import fit_probe, pooled_activations
+
+PAPER_CONCEPTS = {
+    "reflexives": 'root z12.20726 "-self"; persists over layers 8 to 12',
+    "hunger_thirst": 'root z12.776 "hunger/thirst"; z9.22314 feeds z10.5574 "ate/eat"',
+    "tired_weary": 'root z12.19322 "tired/weary"',
+    "final_punctuation": 'root z12.3092 "ending punctuation"',
+    "agreement_verbs": "not among the labelled features",
+}
+PAPER_EDGES = {
+    "persistence": '"-self" from z8.15186 up to z12.20726',
+    "merging": "z9.10609 merges z8.15186 and z8.27170",
+    "dropping": 'z11.6368 keeps "himself" of z10.2985\'s "-self" words',
+    "other": "",
+}
+
+
+def _top_tokens(circuit: Circuit, node: str) -> dict[str, int]:
+    tokens = circuit.nodes[node].get("top_tokens")
+    if tokens is None:
+        raise ValueError(f"node {node} has no top_tokens: interpret the circuit first")
+    return tokens
+
+
+def _layers(circuit: Circuit, nodes: Collection[str]) -> str:
+    return ", ".join(str(layer) for layer in sorted({circuit.nodes[n]["layer"] for n in nodes},
+                                                    reverse=True))  # fmt: skip
+
+
+def concept_table(
+    circuit: Circuit,
+    concepts: Mapping[str, Collection[str]] = ENGLISH_CONCEPTS,
+    paper: Mapping[str, str] = PAPER_CONCEPTS,
+) -> pd.DataFrame:
+    """One row per concept (index ``concept``): ``in the paper`` (``paper``'s text), ``nodes``
+    (the circuit's nodes that are the concept, from the last layer down), ``roots`` (how many
+    of them are last-layer nodes), ``layers`` and ``longest chain`` (the most consecutive
+    layers a parent-to-child path of the concept's nodes spans: persistence)."""
+    last = max((layer for _, layer in circuit.nodes(data="layer")), default=None)
+    found: dict[str, list[str]] = {name: [] for name in concepts}
+    for node in circuit.nodes:
+        name = dominant_concept(_top_tokens(circuit, node), concepts)
+        if name is not None:
+            found[name].append(node)
+    rows = []
+    for name, nodes in found.items():
+        nodes.sort(key=lambda n: (-circuit.nodes[n]["layer"], -circuit.nodes[n]["importance"]))
+        chain = nx.dag_longest_path(circuit.subgraph(nodes)) if nodes else []
+        rows.append({
+            "concept": name,
+            "in the paper": paper.get(name, ""),
+            "nodes": ", ".join(nodes),
+            "roots": sum(circuit.nodes[n]["layer"] == last for n in nodes),
+            "layers": _layers(circuit, nodes),
+            "longest chain": len(chain),
+        })  # fmt: skip
+    return pd.DataFrame(rows).set_index("concept")
+
+
+def edge_type_table(circuit: Circuit, paper: Mapping[str, str] = PAPER_EDGES) -> pd.DataFrame:
+    """One row per edge type (index ``type``): ``in the paper`` (``paper``'s example),
+    ``edges`` (how many), ``strongest`` (the edge of largest ``|coef|``, ``parent -> child``)
+    and the top tokens of its ``parent`` and ``child``."""
+    if any("type" not in data for _, _, data in circuit.edges(data=True)):
+        raise ValueError("the circuit's edges have no type: interpret the circuit first")
+    captions = tr.node_captions(circuit)
+    rows = []
+    for kind in paper:
+        edges = [(p, c, d) for p, c, d in circuit.edges(data=True) if d.get("type") == kind]
+        row: dict[str, object] = {"type": kind, "in the paper": paper[kind], "edges": len(edges)}
+        if edges:
+            parent, child, _ = max(edges, key=lambda edge: abs(edge[2]["coef"]))
+            row |= {"strongest": f"{parent} -> {child}", "parent": captions[parent],
+                    "child": captions[child]}  # fmt: skip
+        rows.append(row)
+    columns = ["type", "in the paper", "edges", "strongest", "parent", "child"]
+    return pd.DataFrame(rows, columns=columns).set_index("type").fillna("")
+
+
+def readout_baselines(
+    study: FeatureStudy, label_fit: LabelFit, *, batch_size: int = 64
+) -> pd.DataFrame:
+    """Train and test accuracy (columns) of the majority class of the training labels, the binary
+    readout ``label_fit`` on the study's features, and an l2-logistic probe
+    (:func:`~circuitlasso.evaluation.debias.probes.fit_probe`) on the token-averaged activation
+    at the hook the readout layer's SAE reads (rows)."""
+    if label_fit.kind != "binary":
+        raise ValueError(f"readout baselines need a binary readout, not a {label_fit.kind} one")
+    hook = str(study.saes[label_fit.layer].cfg.metadata.hook_name)
+    majority = int(np.mean(study.y) >= 0.5)
+    splits = {"train": (study.train, study.Z, study.y), "test": (study.test, study.Z_test,
+                                                                  study.y_test)}  # fmt: skip
+    X = {name: pooled_activations(study.model, hook, frame["sentence"].tolist(),
+                                  batch_size=batch_size)
+         for name, (frame, _, _) in splits.items()}  # fmt: skip
+    probe = fit_probe(X["train"], study.y)
+    rows = {
+        "majority class": {n: float(np.mean(y == majority)) for n, (_, _, y) in splits.items()},
+        f"sparse readout A_L,y ({np.count_nonzero(label_fit.coef)} SAE features)": {
+            n: float(np.mean(label_fit.predict(Z[label_fit.layer]) == y))
+            for n, (_, Z, y) in splits.items()
+        },
+        f"dense probe ({X['train'].shape[1]} dimensions of {hook})": {
+            n: float(np.mean(probe.predict(X[n]) == y)) for n, (_, _, y) in splits.items()
+        },
+    }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("accuracy")
