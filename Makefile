@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install browser book test checks lint typecheck unit nbval nbval-perturbed baseline clean
+.PHONY: install browser book test checks lint typecheck unit book-check other-tests nbval nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,12 @@ browser:
 	test -x $(CHROMIUM) || ($(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
+# The real data sets (CoLA) come from a local mirror when one sits beside the checkout (offline
+# machines), else they are downloaded on first use; a CIRCUITLASSO_MIRROR already set wins.
+MIRROR := $(or $(CIRCUITLASSO_MIRROR),$(wildcard $(abspath ../shared/data)))
+
 book: install
-	$(BIN)/circuitlasso reproduce  # the book's profiles: toy, and the real model where it answers
+	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce  # the book's profiles: toy, and the real model where it answers
 	$(BIN)/jupyter-book build .
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
@@ -40,6 +44,13 @@ typecheck: install
 unit: install browser
 	$(BIN)/pytest tests
 
+# the book test (every section run as `make book` runs it, then rendered) and the other tests
+book-check: install
+	$(BIN)/pytest -m book tests
+
+other-tests: install browser
+	$(BIN)/pytest -m "not gpu and not book" tests
+
 NBVAL := $(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:randomly notebooks
 
 nbval: install
@@ -49,14 +60,15 @@ nbval: install
 nbval-perturbed: install
 	tests/perturbed-fp $(NBVAL)
 
-# two passes run at once, each on one thread: two passes of two threads each on two cores make
+# four jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
 # every parallel region wait for a descheduled thread (nbval then took 39 minutes, not 8). The
+# book check, the longest, starts at once; the others follow one another beside it. The nbval
 # baselines were made with the default threads, so both nbval passes still check another
-# summation order. Each pass's output is printed whole when it ends.
+# summation order. Each job's output is printed whole when it ends.
 test: lint typecheck
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target checks
 
-checks: nbval-perturbed unit nbval  # the longest first: it starts at once
+checks: book-check nbval-perturbed other-tests nbval
 
 baseline: install
 	$(BIN)/circuitlasso reproduce --profile toy --update-baseline

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,9 +14,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from circuitlasso import cache
 from circuitlasso.presentation import reproduce as rp
 
+pytestmark = pytest.mark.book
+
 ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = ROOT.parent / "shared" / "data"  # a local mirror of the real data sets
 BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
 
 
@@ -40,7 +45,9 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
         else:
             shutil.copy(source, root / name)
     cli = Path(sys.executable).parent / "circuitlasso"
-    subprocess.run([str(cli), "reproduce", "--root", str(root), "--no-progress"], check=True)
+    env = {**os.environ, cache.MIRROR_ENV: str(SHARED_DATA)}  # CoLA, for the real chapters
+    subprocess.run([str(cli), "reproduce", "--root", str(root), "--no-progress"], check=True,
+                   env=env)  # fmt: skip
     jb = Path(sys.executable).parent / "jupyter-book"
     subprocess.run([str(jb), "build", str(root)], check=True)
     return root
