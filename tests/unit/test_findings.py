@@ -79,11 +79,14 @@ def test_edge_types_are_counted_with_their_strongest_edge(circuit: Circuit) -> N
 
 def test_an_uninterpreted_circuit_is_refused(circuit: Circuit) -> None:
     del circuit.nodes["z2.6"]["top_tokens"]
-    with pytest.raises(ValueError, match="z2.6 has no top_tokens"):
-        concept_table(circuit)
+    for table in (concept_table, edge_type_table):
+        with pytest.raises(ValueError, match="node z2.6 has no top_tokens"):
+            table(circuit)
+    circuit.nodes["z2.6"]["top_tokens"] = TOKENS["z2.6"]
     del circuit.edges["z2.6", "z3.2"]["type"]
-    with pytest.raises(ValueError, match="no type"):
-        edge_type_table(circuit)
+    for table in (concept_table, edge_type_table):
+        with pytest.raises(ValueError, match="edge z2.6 -> z3.2 has no type"):
+            table(circuit)
 
 
 def test_readout_baselines_on_the_toy_world(toy_circuit) -> None:

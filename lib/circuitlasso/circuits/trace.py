@@ -348,6 +348,21 @@ def interpret_circuit(
     return tokens
 
 
+def check_interpreted(graph: Circuit) -> None:
+    """Raise ``ValueError`` naming the first node without ``top_tokens`` or edge without a
+    ``type``: what :func:`interpret_circuit` sets and the circuit's readers need."""
+    for node, data in graph.nodes(data=True):
+        if "top_tokens" not in data:
+            raise ValueError(
+                f"node {node} has no top_tokens: call study.interpret_circuit(circuit) first"
+            )
+    for parent, child, data in graph.edges(data=True):
+        if "type" not in data:
+            raise ValueError(
+                f"edge {parent} -> {child} has no type: call study.interpret_circuit(circuit) first"
+            )
+
+
 def node_captions(graph: Circuit, n: int = 3) -> dict[str, str]:
     """Per node, its ``n`` most common top tokens joined by commas: the caption a figure shows
     (after :func:`interpret_circuit`)."""

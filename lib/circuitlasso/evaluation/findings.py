@@ -48,13 +48,6 @@ PAPER_EDGES = {
 }
 
 
-def _top_tokens(circuit: Circuit, node: str) -> dict[str, int]:
-    tokens = circuit.nodes[node].get("top_tokens")
-    if tokens is None:
-        raise ValueError(f"node {node} has no top_tokens: interpret the circuit first")
-    return tokens
-
-
 def _layers(circuit: Circuit, nodes: Collection[str]) -> str:
     return ", ".join(str(layer) for layer in sorted({circuit.nodes[n]["layer"] for n in nodes},
                                                     reverse=True))  # fmt: skip
@@ -69,10 +62,11 @@ def concept_table(
     (the circuit's nodes that are the concept, from the last layer down), ``roots`` (how many
     of them are last-layer nodes), ``layers`` and ``longest chain`` (the most consecutive
     layers a parent-to-child path of the concept's nodes spans: persistence)."""
+    tr.check_interpreted(circuit)
     last = max((layer for _, layer in circuit.nodes(data="layer")), default=None)
     found: dict[str, list[str]] = {name: [] for name in concepts}
-    for node in circuit.nodes:
-        name = dominant_concept(_top_tokens(circuit, node), concepts)
+    for node, tokens in circuit.nodes(data="top_tokens"):
+        name = dominant_concept(tokens, concepts)
         if name is not None:
             found[name].append(node)
     rows = []
@@ -94,8 +88,7 @@ def edge_type_table(circuit: Circuit, paper: Mapping[str, str] = PAPER_EDGES) ->
     """One row per edge type (index ``type``): ``in the paper`` (``paper``'s example),
     ``edges`` (how many), ``strongest`` (the edge of largest ``|coef|``, ``parent -> child``)
     and the top tokens of its ``parent`` and ``child``."""
-    if any("type" not in data for _, _, data in circuit.edges(data=True)):
-        raise ValueError("the circuit's edges have no type: interpret the circuit first")
+    tr.check_interpreted(circuit)
     captions = tr.node_captions(circuit)
     rows = []
     for kind in paper:

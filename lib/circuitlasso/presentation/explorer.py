@@ -53,7 +53,7 @@ from circuitlasso.cache import atomic_path
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.study import FeatureStudy
-from circuitlasso.circuits.trace import label_importance, node_name
+from circuitlasso.circuits.trace import check_interpreted, label_importance, node_name
 
 SCHEMA = "circuitlasso.explorer/1"
 """The version of the JSON the explorer reads; bump it when a field changes meaning."""
@@ -82,15 +82,12 @@ def _check_circuit(circuit: Circuit) -> None:
         missing = [k for k in ("layer", "feature", "importance") if k not in data]
         if missing:
             raise ValueError(f"node {node} lacks {missing}: trace the circuit with trace_circuit")
-        if "top_tokens" not in data:
-            raise ValueError(
-                f"node {node} has no top_tokens: call study.interpret_circuit(circuit) first"
-            )
+    check_interpreted(circuit)
     for parent, child, data in circuit.edges(data=True):
-        if "coef" not in data or data.get("type") not in EDGE_TYPES:
+        if "coef" not in data or data["type"] not in EDGE_TYPES:
             raise ValueError(
-                f"edge {parent} -> {child} lacks a coef or an edge type: trace the circuit with "
-                "trace_circuit and call study.interpret_circuit(circuit)"
+                f"edge {parent} -> {child} lacks a coef or has an unknown edge type "
+                f"{data['type']!r}: trace the circuit with trace_circuit"
             )
 
 
