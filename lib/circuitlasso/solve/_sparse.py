@@ -126,9 +126,9 @@ def padded_rows(csr: Tensor) -> tuple[Tensor, Tensor]:
     return W, b
 
 
-def block_products(rows_csr: Tensor, W: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """Gram blocks (B, K, K) and cross products (B, K) of the row sets W (B, K) of a CSR (n, M):
-    block j holds the inner products of rows W[j] with each other and with y[j] (y: (B, M)).
+def block_products(rows_csr: Tensor, W: Tensor) -> Tensor:
+    """Gram blocks (B, K, K) of the row sets W (B, K) of a CSR (n, M): block j holds the inner
+    products of rows W[j] with each other.
 
     The K rows of block j are moved to their own column range [j M, (j + 1) M), so one sparse
     product of the stacked rows with their transpose computes within-block products only.
@@ -142,8 +142,7 @@ def block_products(rows_csr: Tensor, W: Tensor, y: Tensor) -> tuple[Tensor, Tens
     product = stacked @ csr_transpose(stacked)
     gram = torch.zeros(B * K * K, dtype=picked.values().dtype, device=W.device)
     gram[row_ids(product) * K + product.col_indices() % K] = product.values()
-    cross = stacked @ y.reshape(B * M, 1).to(picked.values().dtype)
-    return gram.view(B, K, K), cross.view(B, K)
+    return gram.view(B, K, K)
 
 
 GRAM_CHUNK_ENTRIES = 2**24

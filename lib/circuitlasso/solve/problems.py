@@ -3,13 +3,13 @@
 A problem holds predictors X~ (M, p) whose columns are centered (when an intercept is fitted)
 and scaled to unit l2 norm, and targets y_j (centered likewise). The working-set engine only
 asks a problem for
-  - `subproblem(cols, W)`: Gram blocks X~_W^T X~_W (B, K, K) and cross products X~_W^T y_c
-    (B, K) for outputs `cols` (B,) and their index sets W (B, K), and
+  - `gram(W)`: Gram blocks X~_W^T X~_W (B, K, K) for index sets W (B, K), and
   - `gradient(cols, W, b)`: g = X~^T r (B, p) dense with r = y_c - X~_W b for outputs `cols`,
     plus ||r||^2 and <y_c, r> (float64).
-Each also states its memory: `held_bytes` (what it keeps) and the bytes one output adds to a
-batch of `gradient` calls (`gradient_bytes`) and of `subproblem` calls at working-set size K
-(`subproblem_bytes`), so that the engine can size batches by a memory budget
+(A subproblem's cross products X~_W^T y_c = g_W + X~_W^T X~_W b come from these two, so no
+problem computes them.) Each also states its memory: `held_bytes` (what it keeps) and the bytes
+one output adds to a batch of `gradient` calls (`gradient_bytes`) and of `gram` calls at
+working-set size K (`gram_bytes`), so that the engine can size batches by a memory budget
 (`circuitlasso.solve.memory`). Three implementations trade memory for speed:
   - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
   - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks gathered from a dense Gram of
@@ -71,9 +71,8 @@ class LassoProblem(Protocol):
     held_bytes: int
     """Bytes the problem keeps in memory."""
 
-    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
-        """For outputs `cols` (B,) with index sets W (B, K): Gram blocks X~_W^T X~_W (B, K, K)
-        and cross products X~_W^T y_c (B, K)."""
+    def gram(self, W: Tensor) -> Tensor:
+        """Gram blocks X~_W^T X~_W (B, K, K) of index sets W (B, K)."""
         ...
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -85,8 +84,8 @@ class LassoProblem(Protocol):
         """Bytes one output adds to a `gradient` call (the result included)."""
         ...
 
-    def subproblem_bytes(self, K: int) -> int:
-        """Bytes one output with a working set of K features adds to a `subproblem` call."""
+    def gram_bytes(self, K: int) -> int:
+        """Bytes one output with a working set of K features adds to a `gram` call."""
         ...
 
 
@@ -112,8 +111,8 @@ class GramProblem:
         self.dtype = gram.dtype
         self.held_bytes = _nbytes(gram) + _nbytes(cross_t)
 
-    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
-        return gram_blocks(self.G, W), self.Ct[cols].gather(1, W)
+    def gram(self, W: Tensor) -> Tensor:
+        return gram_blocks(self.G, W)
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         c = self.Ct[cols]
@@ -126,8 +125,8 @@ class GramProblem:
     def gradient_bytes(self) -> int:
         return 6 * F64 * self.n_features
 
-    def subproblem_bytes(self, K: int) -> int:
-        return F64 * K * (K + 1)
+    def gram_bytes(self, K: int) -> int:
+        return F64 * K * K
 
 
 class DenseProblem:
@@ -142,9 +141,9 @@ class DenseProblem:
         self.dtype = x_scaled.dtype
         self.held_bytes = _nbytes(self.Xt) + _nbytes(self.Yt)
 
-    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
-        x = self.Xt[W]  # (B, K, M): counted in subproblem_bytes
-        return x @ x.transpose(1, 2), (x @ self.Yt[cols].unsqueeze(2)).squeeze(2)
+    def gram(self, W: Tensor) -> Tensor:
+        x = self.Xt[W]  # (B, K, M): counted in gram_bytes
+        return x @ x.transpose(1, 2)
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         y = self.Yt[cols]
@@ -156,8 +155,8 @@ class DenseProblem:
     def gradient_bytes(self) -> int:
         return F64 * (3 * self.n_obs + 4 * self.n_features)
 
-    def subproblem_bytes(self, K: int) -> int:
-        return F64 * K * (K + 1) + self.Xt.element_size() * K * self.n_obs
+    def gram_bytes(self, K: int) -> int:
+        return F64 * K * K + self.Xt.element_size() * K * self.n_obs
 
 
 class SparseProblem:
@@ -198,25 +197,19 @@ class SparseProblem:
                 return dense_gram(self.Xst, self.Xs, dtype)
         return None
 
-    def subproblem(self, cols: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
+    def gram(self, W: Tensor) -> Tensor:
         B, K = W.shape
         gram = torch.empty(B, K, K, dtype=torch.float64, device=W.device)
-        cross = torch.empty(B, K, dtype=torch.float64, device=W.device)
         for start in range(0, B, BLOCK_OUTPUTS):
             part = slice(start, start + BLOCK_OUTPUTS)
-            y = self._target_rows(cols[part])
             if self.G is None:
-                gram[part], cross[part] = block_products(self.Xst, W[part], y.to_dense())
-                continue
-            w = W[part]
-            gram[part] = gram_blocks(self.G, w)
-            x_y = y @ self.Xs if self.sparse_y else (self.Xst @ y.t()).t()
-            cross[part] = x_y.to_dense().gather(1, w)
-        if self.mu is not None and self.ybar is not None:
+                gram[part] = block_products(self.Xst, W[part])
+            else:
+                gram[part] = gram_blocks(self.G, W[part])
+        if self.mu is not None:
             m = self.mu[W]
             gram -= self.n_obs * m.unsqueeze(2) * m.unsqueeze(1)
-            cross -= (self.n_obs * self.ybar[cols]).unsqueeze(1) * m
-        return gram, cross
+        return gram
 
     def _target_rows(self, cols: Tensor) -> Tensor:
         """Targets of outputs `cols` (B,) as float64 rows (B, M): CSR or dense, as stored."""
@@ -240,10 +233,10 @@ class SparseProblem:
     def gradient_bytes(self) -> int:
         return F64 * (4 * self.n_obs + 5 * self.n_features)
 
-    def subproblem_bytes(self, K: int) -> int:
+    def gram_bytes(self, K: int) -> int:
         gathered = K * K * (self.G.element_size() if self.G is not None else 0)
         products = 0 if self.G is not None else 6 * F64 * K * K  # block-diagonal products
-        return F64 * (K * K + K + self.n_features) + gathered + products
+        return F64 * K * K + gathered + products
 
 
 def _row_sums(y_t: Tensor) -> Tensor:

@@ -38,12 +38,13 @@ def score(g: Tensor, omega: Tensor, W: Tensor, valid: Tensor, scale: Tensor) -> 
 
 
 def select(
-    c: Scores, W: Tensor, valid: Tensor, b_ws: Tensor, size: Tensor, rows: Tensor
-) -> list[tuple[Tensor, Tensor, Tensor]]:
+    c: Scores, g: Tensor, W: Tensor, valid: Tensor, b_ws: Tensor, size: Tensor, rows: Tensor
+) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
     """New working sets for the batch's outputs `rows` (R,), ascending: size[r] features each.
 
     Current support (b_ws != 0) first, then the highest scores. Returns, per distinct size k,
-    (outputs (n_k,), W (n_k, k) sorted along each row, warm b (n_k, k)).
+    (outputs (n_k,), W (n_k, k) sorted along each row, warm b (n_k, k), the gradient g (B, p)
+    on W (n_k, k) in float64).
     """
     out = []
     for k in size.unique().tolist():
@@ -55,5 +56,5 @@ def select(
         new_W = priority.topk(int(k), dim=1).indices.sort(1).values
         warm = torch.zeros(priority.shape, dtype=b_ws.dtype, device=b_ws.device)
         warm[r, W_k[r, slot]] = b_k[r, slot]
-        out.append((these, new_W, warm.gather(1, new_W)))
+        out.append((these, new_W, warm.gather(1, new_W), g[these].gather(1, new_W).double()))
     return out

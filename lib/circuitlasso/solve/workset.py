@@ -9,8 +9,9 @@ Each round has two passes over the outputs still pending:
      them, grow with the square of the size), rounded up to a power of two or a multiple of
      SET_STEP, at most doubling and never shrinking, so that a set can grow to the full problem
      if it ever has to.
-  2. Solve (buckets of equal working-set size K): batched FISTA on the (B, K, K) Gram blocks,
-     warm-started, to an inner gap of max(INNER_FRACTION x certified gap, tol / 2).
+  2. Solve (buckets of equal working-set size K): batched FISTA on the (B, K, K) Gram blocks G_W,
+     warm-started at b, with cross products X~_W^T y_c = g_W + G_W b from the certificate's
+     gradient (no product with the targets), to an inner gap of max(INNER_FRACTION x certified gap, tol / 2).
 Outputs with y_c = 0 are solved by b = 0 without any work; lam >= lam_max is certified at b = 0
 in the first certificate pass, so it returns exact zeros.
 Both passes batch outputs by the bytes a batch allocates, within a memory budget
@@ -28,7 +29,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
-from circuitlasso.solve.fista import StopRule, duality_gap, fista
+from circuitlasso.solve.fista import StopRule, bmv, duality_gap, fista
 from circuitlasso.solve.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve.problems import LassoProblem
 from circuitlasso.solve.screen import score, select
@@ -83,28 +84,32 @@ def _round_size(k: Tensor) -> Tensor:
 
 
 class _State:
-    """Per-output working sets and coefficients, padded to a common width."""
+    """Per-output working sets W, coefficients b and the full problem's gradient g on W at
+    the b it was selected with (float64), padded to a common width."""
 
     def __init__(self, d: int, dtype: torch.dtype, device: torch.device) -> None:
         self.size = torch.zeros(d, dtype=torch.int64, device=device)
         self.W = torch.zeros(d, 0, dtype=torch.int64, device=device)
         self.b = torch.zeros(d, 0, dtype=dtype, device=device)
+        self.g = torch.zeros(d, 0, dtype=torch.float64, device=device)
 
-    def put(self, rows: Tensor, W: Tensor, b: Tensor) -> None:
+    def put(self, rows: Tensor, W: Tensor, b: Tensor, g: Tensor | None = None) -> None:
         k = W.shape[1]
         extra = k - self.W.shape[1]
         if extra > 0:
             self.W = torch.nn.functional.pad(self.W, (0, extra))
             self.b = torch.nn.functional.pad(self.b, (0, extra))
-        self.W[rows] = 0
-        self.b[rows] = 0
-        self.W[rows, :k], self.b[rows, :k] = W, b
+            self.g = torch.nn.functional.pad(self.g, (0, extra))
+        for field, value in ((self.W, W), (self.b, b), (self.g, g)):
+            field[rows] = 0
+            if value is not None:
+                field[rows, :k] = value
         self.size[rows] = k
 
     def nbytes(self, width: int | None = None) -> int:
-        """Bytes of W and b at `width` (default: the current one), twice over while padding."""
+        """Bytes of W, b and g at `width` (default: the current one), twice over while padding."""
         k = self.W.shape[1] if width is None else width
-        return 2 * self.W.shape[0] * k * (8 + self.b.element_size())
+        return 2 * self.W.shape[0] * k * (8 + self.b.element_size() + 8)
 
 
 class _Budget:
@@ -125,7 +130,7 @@ class _Budget:
         return self.problem.gradient_bytes() + SCORE_BYTES * self.problem.n_features
 
     def _solve_bytes(self, k: int) -> int:
-        return self.problem.subproblem_bytes(k) + FISTA_BYTES * k * k
+        return self.problem.gram_bytes(k) + FISTA_BYTES * k * k
 
     def certificate_batch(self) -> int:
         step = batch_size(self._free(), self._certificate_bytes())
@@ -232,8 +237,8 @@ def solve_working_sets(
             if redo.numel():
                 support = (b[redo] != 0).sum(1)
                 new_size = _next_size(support, c.violators[redo], size[redo], ws_start, largest)
-                for rows, new_W, new_b in select(c, W, valid, b, new_size, redo):
-                    state.put(cols[rows], new_W, new_b)
+                for rows, new_W, new_b, new_g in select(c, grad, W, valid, b, new_size, redo):
+                    state.put(cols[rows], new_W, new_b, new_g)
                 still.append(cols[redo])
         if not still:
             break
@@ -290,9 +295,8 @@ def _solve_buckets(
         for start in range(0, bucket.numel(), step):
             rows = bucket[start : start + step]
             W, b = state.W[rows, :k], state.b[rows, :k]
-            gram, cross = problem.subproblem(rows, W)
-            Q, q = gram.double().div_(M), cross.double().div_(M)
-            del gram, cross
+            Q = problem.gram(W).double().div_(M)
+            q = state.g[rows, :k] / M + bmv(Q, b.double())  # X~_W^T y_c / M
             w = lam[rows].to(omega.dtype).unsqueeze(1) * omega[W]
             iterations = max(1, max_iter - int(n_iter[rows].min()))
             with _threads(1 if rows.numel() * k * k < 2**20 else torch.get_num_threads()):
