@@ -41,6 +41,7 @@ from circuitlasso.solve import block_lasso, lam_max, lasso
 from circuitlasso.solve.prepare import column_stats
 
 NEGLIGIBLE_STD = 1e-6  # columns whose std is below this fraction of the largest std are constant
+LINEAR_TOL = 1e-4  # the linear fits stop at a duality gap below this times each column's variance
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def linear_edge_scores(
     acts: NodeActivations,
     lam_ratio: float = 0.05,
     reads: dict[str, torch.Tensor] | None = None,
-    tol: float = 1e-4,
+    tol: float = LINEAR_TOL,
 ) -> EdgeScores:
     """Lasso edge scores: Frobenius norm of each standardized coefficient block.
 

@@ -11,6 +11,10 @@
   component locations L, a prompt length n_token and an accuracy eps: which regime applies, the
   n_token threshold of its condition, whether CircuitLasso is then provably cheaper than EAP-ig,
   and the ratio of the two additional costs from the full expressions.
+- `crossover_grid` measures that ratio: wall times of EAP, EAP-IG and CircuitLasso (collection
+  plus solve, the InterpBench harness's calls) on GPT-2-family models with seeded random weights
+  (`gpt2_family`, `build_model`), on the same random prompts, one row per (layers, d_model,
+  n_token) next to the ratio Proposition 2 predicts for that shape (`time_methods`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from circuitlasso.circuits.components import LINEAR_TOL
+from circuitlasso.data.graph import graph_nodes
+from circuitlasso.data.interpbench.prompts import PromptPairs
+from circuitlasso.evaluation.interpbench.evaluate import run_method
 from circuitlasso.solve import block_lasso, lam_max, upper_triangular_parents
 
 SIZES = ("M", "L", "d")
@@ -234,3 +243,154 @@ def proposition2_table(
         for n in tokens
     ]
     return pd.DataFrame(rows)
+
+
+HEAD_WIDTH = 64  # GPT-2's d_model / n_heads
+CROSSOVER_METHODS = {"eap": "eap", "eap_ig": "eap-ig", "circuitlasso": "circuitlasso-linear"}
+
+
+def gpt2_family(n_layers: int, d_model: int) -> ModelShape:
+    """GPT-2's shape at another size: heads of width 64 (h = d_model / 64) and MLP factor 4."""
+    if n_layers < 1 or d_model < HEAD_WIDTH or d_model % HEAD_WIDTH:
+        raise ValueError(
+            f"need n_layers >= 1 and d_model a positive multiple of {HEAD_WIDTH}, "
+            f"got {n_layers}, {d_model}"
+        )
+    return ModelShape(
+        f"GPT-2 family {n_layers}x{d_model}",
+        S=n_layers,
+        d=d_model,
+        h=d_model // HEAD_WIDTH,
+        f=4.0,
+        source="GPT-2's config at n_layer, n_embd; n_head = n_embd / 64, n_inner = 4 n_embd",
+    )
+
+
+def build_model(
+    shape: ModelShape, n_ctx: int, d_vocab: int | None = None, seed: int = 0
+) -> HookedTransformer:
+    """A GPT-2-style HookedTransformer of `shape` with seeded random weights, on the CPU.
+
+    GELU (gelu_new) MLPs of width f d, LayerNorm, learned positions for `n_ctx` tokens and a
+    vocabulary of `d_vocab` tokens (GPT-2's is 50257), by default d: the output node's
+    activation is the logits, so every component location is then d wide, as in
+    Proposition 2. The component graph's hooks are switched on.
+    """
+    d_vocab = shape.d if d_vocab is None else d_vocab
+    if shape.d % shape.h or n_ctx < 1 or d_vocab < 2:
+        raise ValueError(
+            f"need d divisible by h, n_ctx >= 1 and d_vocab >= 2, "
+            f"got d={shape.d}, h={shape.h}, n_ctx={n_ctx}, d_vocab={d_vocab}"
+        )
+    cfg = HookedTransformerConfig(
+        n_layers=shape.S,
+        d_model=shape.d,
+        n_heads=shape.h,
+        d_head=shape.d // shape.h,
+        d_mlp=int(shape.f * shape.d),
+        d_vocab=d_vocab,
+        n_ctx=n_ctx,
+        act_fn="gelu_new",
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        use_attn_result=True,
+        use_split_qkv_input=True,
+        use_hook_mlp_in=True,
+        seed=seed,
+        device="cpu",
+    )
+    return HookedTransformer(cfg).eval()
+
+
+def random_prompt_pairs(n_prompts: int, n_tokens: int, d_vocab: int, seed: int = 0) -> PromptPairs:
+    """`n_prompts` clean and corrupted prompts of `n_tokens` uniform random tokens: (M, P) each;
+    every position counts."""
+    if n_prompts < 1 or n_tokens < 1:
+        raise ValueError(f"need n_prompts, n_tokens >= 1, got {n_prompts}, {n_tokens}")
+    generator = torch.Generator().manual_seed(seed)
+    clean, corrupted = torch.randint(d_vocab, (2, n_prompts, n_tokens), generator=generator)
+    return PromptPairs(clean, corrupted, torch.ones(n_tokens, dtype=torch.bool))
+
+
+def time_methods(
+    n_layers: int,
+    d_model: int,
+    n_tokens: int,
+    *,
+    n_prompts: int = 8,
+    repeats: int = 1,
+    seed: int = 0,
+) -> dict[str, object]:
+    """Wall times of EAP, EAP-IG and CircuitLasso on one GPT-2-family model, and the prediction.
+
+    The model is `build_model(gpt2_family(n_layers, d_model))` (vocabulary d_model). Every
+    method runs as in the InterpBench harness (`run_method`) on the same `n_prompts`
+    random prompt pairs of `n_tokens` tokens, once on two of the pairs as a warm-up, then
+    `repeats` times (best time kept); a time is collection plus solve (EAP: the forward passes
+    plus the gradient passes). predicted_ratio is `proposition2`'s cost_ratio with L = the
+    model's component nodes and eps = the linear fit's tolerance (`LINEAR_TOL`).
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    shape = gpt2_family(n_layers, d_model)
+    model = build_model(shape, n_ctx=n_tokens, seed=seed)
+    prompts = random_prompt_pairs(n_prompts, n_tokens, model.cfg.d_vocab, seed)
+    warmup = PromptPairs(prompts.clean[:2], prompts.corrupted[:2], prompts.position_mask)
+    seconds = {}
+    for column, method in CROSSOVER_METHODS.items():
+        run_method(method, model, warmup, seed)
+        runs = [run_method(method, model, prompts, seed) for _ in range(repeats)]
+        seconds[column] = min(r.collect_seconds + r.solve_seconds for r in runs)
+    n_locations = len(graph_nodes(model))
+    predicted = proposition2(shape, n_locations, n_tokens, LINEAR_TOL)
+    return {
+        "layers": n_layers,
+        "d_model": d_model,
+        "n_token": n_tokens,
+        "L": n_locations,
+        "n_prompts": n_prompts,
+        "eap_s": seconds["eap"],
+        "eap_ig_s": seconds["eap_ig"],
+        "circuitlasso_s": seconds["circuitlasso"],
+        "eap_ig_ratio": seconds["eap_ig"] / seconds["circuitlasso"],
+        "eap_ratio": seconds["eap"] / seconds["circuitlasso"],
+        "predicted_ratio": predicted["cost_ratio"],
+        "regime": predicted["regime"],
+    }
+
+
+def crossover_grid(
+    configs: Iterable[tuple[int, int, int]],
+    *,
+    n_prompts: int = 8,
+    repeats: int = 1,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """`time_methods` for every (layers, d_model, n_token) in `configs`, one row each."""
+    return pd.DataFrame(
+        [
+            time_methods(layers, d_model, n_tokens, n_prompts=n_prompts, repeats=repeats, seed=seed)
+            for layers, d_model, n_tokens in configs
+        ]
+    )
+
+
+def crossover_fit(table: pd.DataFrame, measured: str = "eap_ig_ratio") -> dict[str, float]:
+    """Where a measured ratio of `crossover_grid` crosses 1, against the predicted ratio.
+
+    Least squares of log(measured) on log(predicted_ratio): slope, and the predicted ratio at
+    which the fitted line reaches a measured ratio of 1 (the measured crossover; 1 if the two
+    agreed). Also the median of predicted / measured and the share of rows where both ratios
+    name the same cheaper method.
+    """
+    if table["predicted_ratio"].nunique() < 2:
+        raise ValueError("cannot fit the crossover over fewer than 2 predicted ratios")
+    x = np.log(table["predicted_ratio"].to_numpy(float))
+    y = np.log(table[measured].to_numpy(float))
+    slope, intercept = np.polyfit(x, y, 1)
+    return {
+        "slope": float(slope),
+        "predicted_ratio_at_crossover": float(np.exp(-intercept / slope)),
+        "median_predicted_over_measured": float(np.median(np.exp(x - y))),
+        "same_cheaper_method": float(np.mean((x > 0) == (y > 0))),
+    }

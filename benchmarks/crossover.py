@@ -1,0 +1,89 @@
+"""Crossover benchmark: measured EAP-IG / CircuitLasso wall-time ratio against Proposition 2's.
+
+GPT-2-family models (heads of width 64, MLP factor 4, gelu_new, LayerNorm, learned positions, a
+vocabulary of d_model tokens) with seeded random weights, built from their configs (no
+downloads). On each (layers, d_model, n_token) EAP, EAP-IG (10 steps) and linear CircuitLasso run
+as in the InterpBench harness on the same random prompt pairs, after one warm-up each; a time is
+collection plus solve. Every ratio is against CircuitLasso in the same run. The predicted ratio
+is Proposition 2's with L = the model's component nodes and eps = the linear fit's tolerance.
+
+The default grid varies one size at a time around 2 layers, d_model 128, 64 tokens:
+layers 2, 4, 8, 12; d_model 128, 256, 512, 768; n_token 16, 64, 256 (the largest models take
+many minutes each on a CPU). Prints the table, the fit of measured on predicted ratio
+(`crossover_fit`) and one JSON line.
+
+    python benchmarks/crossover.py --quick          # 4 small configs, about a minute
+    python benchmarks/crossover.py --layers 2,4,8 --d-model 128,256 --n-tokens 16,64,256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import pandas as pd
+import torch
+
+from circuitlasso.evaluation.cost import crossover_fit, crossover_grid
+
+QUICK = [(2, 128, 16), (2, 128, 64), (2, 128, 256), (4, 128, 64)]
+
+
+def ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=ints, default=[2, 4, 8, 12])
+    parser.add_argument("--d-model", type=ints, default=[128, 256, 512, 768])
+    parser.add_argument("--n-tokens", type=ints, default=[16, 64, 256])
+    parser.add_argument("--n-prompts", type=int, default=8, help="M clean (and M corrupted)")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per method (best)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help=f"the configs {QUICK}")
+    return parser.parse_args(argv)
+
+
+def one_at_a_time(layers: list[int], widths: list[int], tokens: list[int]) -> list[tuple]:
+    """Each size varied with the other two at their first value, in a sorted unique list."""
+    base = (layers[0], widths[0], tokens[0] if len(tokens) == 1 else tokens[1])
+    return sorted(
+        {(s, base[1], base[2]) for s in layers}
+        | {(base[0], d, base[2]) for d in widths}
+        | {(base[0], base[1], n) for n in tokens}
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    configs = QUICK if args.quick else one_at_a_time(args.layers, args.d_model, args.n_tokens)
+    start = time.perf_counter()
+    table = crossover_grid(configs, n_prompts=args.n_prompts, repeats=args.repeats, seed=args.seed)
+    fits = {m: crossover_fit(table, m) for m in ("eap_ig_ratio", "eap_ratio")}
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(
+            f"M={args.n_prompts} prompt pairs, best of {args.repeats}, {args.threads} thread(s), "
+            f"seed {args.seed}; {len(configs)} configs in {time.perf_counter() - start:.0f} s"
+        )
+        print(table.round(4).to_string(index=False))
+        print("\nlog(measured ratio) ~ log(predicted ratio)")
+        print(pd.DataFrame(fits).T.round(4).to_string())
+    result = {
+        "configs": len(configs),
+        "n_prompts": args.n_prompts,
+        "max_eap_ig_ratio": float(table["eap_ig_ratio"].max()),
+        "eap_ig": fits["eap_ig_ratio"],
+        "eap": fits["eap_ratio"],
+    }
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
