@@ -7,7 +7,7 @@ as in the InterpBench harness on the same random prompt pairs, after one warm-up
 collection plus solve. Every ratio is against CircuitLasso in the same run. The predicted ratio
 is Proposition 2's with L = the model's component nodes and eps = the linear fit's tolerance.
 
-The default grid varies one size at a time around 2 layers, d_model 128, 64 tokens:
+The default grid varies one size at a time around `--base` (2 layers, d_model 128, 64 tokens):
 layers 2, 4, 8, 12; d_model 128, 256, 512, 768; n_token 16, 64, 256 (the largest models take
 many minutes each on a CPU). Prints the table, the fit of measured on predicted ratio
 (`crossover_fit`) and one JSON line.
@@ -26,7 +26,7 @@ import warnings
 import pandas as pd
 import torch
 
-from circuitlasso.evaluation.cost import crossover_fit, crossover_grid
+from circuitlasso.evaluation.cost import crossover_fit, crossover_grid, vary_one_at_a_time
 
 QUICK = [(2, 128, 16), (2, 128, 64), (2, 128, 256), (4, 128, 64)]
 
@@ -37,6 +37,7 @@ def ints(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=ints, default=[2, 128, 64], help="layers,d_model,n_token")
     parser.add_argument("--layers", type=ints, default=[2, 4, 8, 12])
     parser.add_argument("--d-model", type=ints, default=[128, 256, 512, 768])
     parser.add_argument("--n-tokens", type=ints, default=[16, 64, 256])
@@ -48,24 +49,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def one_at_a_time(layers: list[int], widths: list[int], tokens: list[int]) -> list[tuple]:
-    """Each size varied with the other two at their first value, in a sorted unique list."""
-    base = (layers[0], widths[0], tokens[0] if len(tokens) == 1 else tokens[1])
-    return sorted(
-        {(s, base[1], base[2]) for s in layers}
-        | {(base[0], d, base[2]) for d in widths}
-        | {(base[0], base[1], n) for n in tokens}
-    )
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    configs = QUICK if args.quick else one_at_a_time(args.layers, args.d_model, args.n_tokens)
+    grids = (args.layers, args.d_model, args.n_tokens)
+    configs = QUICK if args.quick else vary_one_at_a_time(args.base, grids)
     start = time.perf_counter()
     table = crossover_grid(configs, n_prompts=args.n_prompts, repeats=args.repeats, seed=args.seed)
-    fits = {m: crossover_fit(table, m) for m in ("eap_ig_ratio", "eap_ratio")}
+    fits = crossover_fit(table)
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(
             f"M={args.n_prompts} prompt pairs, best of {args.repeats}, {args.threads} thread(s), "
@@ -73,13 +65,11 @@ def main(argv: list[str] | None = None) -> dict:
         )
         print(table.round(4).to_string(index=False))
         print("\nlog(measured ratio) ~ log(predicted ratio)")
-        print(pd.DataFrame(fits).T.round(4).to_string())
+        print(fits.round(4).to_string())
     result = {
         "configs": len(configs),
         "n_prompts": args.n_prompts,
-        "max_eap_ig_ratio": float(table["eap_ig_ratio"].max()),
-        "eap_ig": fits["eap_ig_ratio"],
-        "eap": fits["eap_ratio"],
+        **fits.to_dict("index"),
     }
     print(json.dumps(result))
     return result

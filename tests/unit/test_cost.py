@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
+from circuitlasso.circuits.components import LINEAR_TOL
 from circuitlasso.evaluation import cost
+from circuitlasso.evaluation.interpbench.evaluate import MethodRun
 
 
 def test_planted_sem_is_standardized_and_triangular() -> None:
@@ -68,3 +70,76 @@ def test_proposition2_table_rejects_unknown_models() -> None:
     assert len(table) == 8 and set(table["L"]) == {12, 24, 26, 52}
     with pytest.raises(ValueError, match="unknown model 'llama'; valid: gpt2"):
         cost.proposition2_table(["llama"], [1], [16], 1e-6)
+
+
+def test_build_model_has_the_configured_shape() -> None:
+    shape = cost.gpt2_family(3, 128)
+    assert (shape.S, shape.d, shape.h, shape.f) == (3, 128, 2, 4.0)
+    model = cost.build_model(shape, n_ctx=32, seed=1)
+    cfg = model.cfg
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp) == (3, 128, 2, 64, 512)
+    assert (cfg.n_ctx, cfg.d_vocab, cfg.act_fn) == (32, 128, "gelu_new")
+    assert model.W_in.shape == (3, 128, 512)
+    torch.testing.assert_close(model.W_E, cost.build_model(shape, n_ctx=32, seed=1).W_E)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        cost.gpt2_family(2, 100)
+
+
+def test_time_methods_row_on_a_tiny_model() -> None:
+    row = cost.time_methods(1, 64, 4, n_prompts=2)
+    assert set(row) == {
+        "layers",
+        "d_model",
+        "n_token",
+        "L",
+        "n_prompts",
+        "eap_s",
+        "eap_ig_s",
+        "circuitlasso_s",
+        "eap_ig_ratio",
+        "eap_ratio",
+        "predicted_ratio",
+        "regime",
+    }
+    assert row["L"] == 4  # input, one head, one MLP, output
+    assert min(row["eap_s"], row["eap_ig_s"], row["circuitlasso_s"]) > 0
+    assert row["eap_ig_ratio"] == pytest.approx(row["eap_ig_s"] / row["circuitlasso_s"])
+    predicted = cost.proposition2(cost.gpt2_family(1, 64), 4, 4, LINEAR_TOL)
+    assert row["predicted_ratio"] == pytest.approx(predicted["cost_ratio"])
+    assert row["regime"] == predicted["regime"]
+
+
+def test_crossover_fit_finds_where_a_known_line_crosses_one() -> None:
+    predicted = np.array([0.5, 2.0, 8.0, 32.0])
+    table = pd.DataFrame({"predicted_ratio": predicted, "eap_ig_ratio": predicted / 4})
+    fit = cost.crossover_fit(table, ["eap_ig_ratio"]).loc["eap_ig_ratio"]
+    assert fit["slope"] == pytest.approx(1.0)
+    assert fit["predicted_ratio_at_crossover"] == pytest.approx(4.0)
+    assert fit["median_predicted_over_measured"] == pytest.approx(4.0)
+    assert fit["same_cheaper_method"] == 0.75  # all but 2.0, measured 0.5
+    with pytest.raises(ValueError, match="fewer than 2 predicted ratios"):
+        cost.crossover_fit(table.iloc[:1])
+
+
+def test_time_methods_times_collection_plus_solve_after_a_warm_up(monkeypatch) -> None:
+    calls = []
+    split = {"eap": (1.0, 2.0), "eap-ig": (1.0, 11.0), "circuitlasso-linear": (3.0, 1.0)}
+
+    def fake_run(method, model, prompts, seed=0):
+        calls.append((method, len(prompts.clean)))
+        collect, solve = split[method]
+        slower = 0.0 if calls.count(calls[-1]) == 2 else 5.0  # the second timed run is best
+        return MethodRun({}, 0.0, collect + slower, solve)
+
+    monkeypatch.setattr(cost, "run_method", fake_run)
+    row = cost.time_methods(1, 64, 4, n_prompts=6, repeats=2)
+    assert calls == [(m, n) for m in split for n in (2, 6, 6)]  # warm-up on 2 pairs, 2 repeats
+    assert (row["eap_s"], row["eap_ig_s"], row["circuitlasso_s"]) == (3.0, 12.0, 4.0)
+    assert (row["eap_ig_ratio"], row["eap_ratio"]) == (3.0, 0.75)
+
+
+def test_vary_one_at_a_time_moves_one_size_from_the_base() -> None:
+    configs = cost.vary_one_at_a_time((2, 128, 64), ([2, 4], [128, 256], [16]))
+    assert configs == [(2, 128, 16), (2, 128, 64), (2, 256, 64), (4, 128, 64)]
+    with pytest.raises(ValueError, match="base has 2 sizes but there are 3 grids"):
+        cost.vary_one_at_a_time((2, 128), ([2], [128], [16]))

@@ -1,8 +1,10 @@
-"""The faithfulness figure: its panels, scales, ideal lines and input checks."""
+"""The figures: the faithfulness panels and the crossover plot, their scales, ideal lines and input
+checks."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -77,3 +79,24 @@ def test_circuit_tree_is_readable_at_page_width(n_layers: int) -> None:
     ]
     assert overlapping == []
     plt.close(fig)
+
+
+def test_crossover_figure_is_loglog_with_the_diagonal_and_unit_lines() -> None:
+    table = pd.DataFrame(
+        {
+            "layers": [2, 4],
+            "d_model": [128, 128],
+            "n_token": [16, 256],
+            "predicted_ratio": [0.5, 20.0],
+            "eap_ig_ratio": [0.05, 2.0],
+            "eap_ratio": [0.01, 0.4],
+        }
+    )
+    fig = plots.crossover(table)
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    lines = [np.asarray(line.get_xydata()) for line in ax.get_lines()]
+    assert any(np.allclose(xy[:, 0], xy[:, 1]) and len(xy) == 2 for xy in lines)  # y = x
+    assert sum(np.allclose(xy[:, 1], 1.0) for xy in lines) == 1  # measured ratio 1
+    assert sum(np.allclose(xy[:, 0], 1.0) for xy in lines) == 1  # predicted ratio 1
+    assert len(ax.collections) == 2 and len(ax.texts) == 2

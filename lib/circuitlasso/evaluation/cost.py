@@ -113,6 +113,22 @@ def time_block_lasso(
     return pd.DataFrame(rows)
 
 
+def vary_one_at_a_time(
+    base: Sequence[int], grids: Sequence[Sequence[int]]
+) -> list[tuple[int, ...]]:
+    """Configurations equal to `base` but in one position, which takes each value of its grid:
+    sorted, without repeats (`base` itself is among them when a grid holds its value)."""
+    if len(base) != len(grids):
+        raise ValueError(f"base has {len(base)} sizes but there are {len(grids)} grids")
+    return sorted(
+        {
+            tuple(base[:k]) + (value,) + tuple(base[k + 1 :])
+            for k, grid in enumerate(grids)
+            for value in grid
+        }
+    )
+
+
 def rows_varying(timings: pd.DataFrame, column: str, varied: Sequence[str] = SIZES) -> pd.DataFrame:
     """Rows of `timings` where every size in `varied` but `column` sits at its base (most
     frequent) value, sorted by `column`."""
@@ -375,22 +391,28 @@ def crossover_grid(
     )
 
 
-def crossover_fit(table: pd.DataFrame, measured: str = "eap_ig_ratio") -> dict[str, float]:
-    """Where a measured ratio of `crossover_grid` crosses 1, against the predicted ratio.
+def crossover_fit(
+    table: pd.DataFrame, measured: Sequence[str] = ("eap_ig_ratio", "eap_ratio")
+) -> pd.DataFrame:
+    """Where each measured ratio of `crossover_grid` crosses 1, against the predicted ratio.
 
-    Least squares of log(measured) on log(predicted_ratio): slope, and the predicted ratio at
-    which the fitted line reaches a measured ratio of 1 (the measured crossover; 1 if the two
-    agreed). Also the median of predicted / measured and the share of rows where both ratios
-    name the same cheaper method.
+    One row per column in `measured`: the slope of the least-squares line of log(measured) on
+    log(predicted_ratio), the predicted ratio at which that line reaches a measured ratio of 1
+    (the measured crossover; 1 if both agreed), the median of predicted / measured, and the
+    share of rows where both ratios name the same cheaper method, and the largest measured ratio.
     """
     if table["predicted_ratio"].nunique() < 2:
         raise ValueError("cannot fit the crossover over fewer than 2 predicted ratios")
     x = np.log(table["predicted_ratio"].to_numpy(float))
-    y = np.log(table[measured].to_numpy(float))
-    slope, intercept = np.polyfit(x, y, 1)
-    return {
-        "slope": float(slope),
-        "predicted_ratio_at_crossover": float(np.exp(-intercept / slope)),
-        "median_predicted_over_measured": float(np.median(np.exp(x - y))),
-        "same_cheaper_method": float(np.mean((x > 0) == (y > 0))),
-    }
+    rows = {}
+    for column in measured:
+        y = np.log(table[column].to_numpy(float))
+        slope, intercept = np.polyfit(x, y, 1)
+        rows[column] = {
+            "slope": float(slope),
+            "predicted_ratio_at_crossover": float(np.exp(-intercept / slope)),
+            "median_predicted_over_measured": float(np.median(np.exp(x - y))),
+            "same_cheaper_method": float(np.mean((x > 0) == (y > 0))),
+            "max_measured": float(np.exp(y.max())),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index")

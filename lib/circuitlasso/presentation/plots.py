@@ -68,6 +68,43 @@ def cost_ratio(table: pd.DataFrame) -> Figure:
     return fig
 
 
+def crossover(table: pd.DataFrame) -> Figure:
+    """Measured time ratio against Proposition 2's predicted ratio, log-log, one marker per config.
+
+    ``table`` as returned by :func:`circuitlasso.evaluation.cost.crossover_grid`: EAP-IG /
+    CircuitLasso and EAP / CircuitLasso against ``predicted_ratio``, with the line y = x and the
+    lines where either ratio is 1 (the quadrant above and right of both: both say CircuitLasso
+    is cheaper).
+    """
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    for column, label, marker in (("eap_ig_ratio", "EAP-IG", "o"), ("eap_ratio", "EAP", "s")):
+        ax.scatter(table["predicted_ratio"], table[column], marker=marker, label=label, zorder=3)
+    for _, row in table.iterrows():
+        ax.annotate(
+            f"{row['layers']}x{row['d_model']}, n={row['n_token']}",
+            (row["predicted_ratio"], row["eap_ig_ratio"]),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize="x-small",
+        )
+    values = table[["predicted_ratio", "eap_ig_ratio", "eap_ratio"]].to_numpy(float)
+    low, high = min(values.min(), 1.0) / 2, max(values.max(), 1.0) * 2
+    ax.plot([low, high], [low, high], "--", color="grey", lw=1, label="y = x")
+    ax.axhline(1.0, color="black", lw=1)
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(low, high),
+        ylim=(low, high),
+        xlabel="predicted ratio EAP-IG / CircuitLasso (Prop. 2)",
+        ylabel="measured time ratio / CircuitLasso",
+    )
+    ax.legend(fontsize="small", loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
 def toy_world_quality(report: dict) -> Figure:
     """Left: explained variance and dead fraction of each layer's SAE against the report's
     targets. Right: the acceptability probe's accuracy per violation type against chance.
