@@ -14,7 +14,8 @@
 - `crossover_grid` measures that ratio: wall times of EAP, EAP-IG and CircuitLasso (collection
   plus solve, the InterpBench harness's calls) on GPT-2-family models with seeded random weights
   (`gpt2_family`, `build_model`), on the same random prompts, one row per (layers, d_model,
-  n_token) next to the ratio Proposition 2 predicts for that shape (`time_methods`).
+  n_token) next to the ratio Proposition 2 predicts for that shape (`time_methods`);
+  `crossover_fit` says where the measured ratio crosses 1 on the predicted ratio's scale.
 """
 
 from __future__ import annotations
