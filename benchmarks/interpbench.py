@@ -10,6 +10,7 @@ prompts). The last line is one JSON object with ``mean_edge_shd``, ``mean_edge_a
     python benchmarks/interpbench.py                 # 16 cases, both variants, M=1000, 3 trials
     python benchmarks/interpbench.py --quick         # 4 cases, M=200, 1 trial
     python benchmarks/interpbench.py --cases 3,13 --methods eap-ig,circuitlasso-linear
+    python benchmarks/interpbench.py --suite heldout --quick   # all held-out tasks, M=200, 1 trial
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import warnings
 import pandas as pd
 import torch
 
-from circuitlasso.data.interpbench import CASE_IDS, VARIANTS
+from circuitlasso.data.interpbench import CASE_IDS, HELDOUT_IDS, VARIANTS
 from circuitlasso.evaluation.interpbench import METHODS
 from circuitlasso.evaluation.interpbench.report import (
     ACCURACY_COLUMNS,
@@ -38,18 +39,27 @@ QUICK_CASES = ("3", "13", "19", "29")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=",".join(CASE_IDS), help="comma-separated case ids")
+    parser.add_argument("--suite", choices=("interpbench", "heldout"), default="interpbench")
+    parser.add_argument("--cases", help="comma-separated case ids (default: all of the suite)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--n-prompts", type=int, default=1000, help="M clean (and M corrupted)")
     parser.add_argument("--trials", type=int, default=3, help="timing runs per method (median)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for all methods")
-    parser.add_argument("--quick", action="store_true", help=f"cases {QUICK_CASES}, M=200, 1 trial")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"cases {QUICK_CASES} (heldout: all), M=200, 1 trial",
+    )
     parser.add_argument("--csv", help="also write the per-case table to this CSV file")
     args = parser.parse_args(argv)
+    all_ids = HELDOUT_IDS if args.suite == "heldout" else CASE_IDS
+    quick_ids = all_ids if args.suite == "heldout" else QUICK_CASES
     if args.quick:
-        args.cases, args.n_prompts, args.trials = ",".join(QUICK_CASES), 200, 1
+        args.cases, args.n_prompts, args.trials = ",".join(quick_ids), 200, 1
+    elif args.cases is None:
+        args.cases = ",".join(all_ids)
     return args
 
 
@@ -68,11 +78,13 @@ def main(argv: list[str] | None = None) -> dict:
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    table = run_cases(cases, variants, methods, args.n_prompts, args.seed, args.trials)
+    table = run_cases(
+        cases, variants, methods, args.n_prompts, args.seed, args.trials, suite=args.suite
+    )
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(
-            f"M={args.n_prompts} prompts (x2 clean+corrupted), {args.trials} trials, "
-            f"{args.threads} thread(s), seed {args.seed}"
+            f"suite {args.suite}, M={args.n_prompts} prompts (x2 clean+corrupted), "
+            f"{args.trials} trials, {args.threads} thread(s), seed {args.seed}"
         )
         print(table.round(4).to_string(index=False))
         columns = [c for c in ACCURACY_COLUMNS if not c.startswith("n_")] + list(TIME_COLUMNS)

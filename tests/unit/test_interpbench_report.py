@@ -112,14 +112,15 @@ def test_benchmark_script_prints_the_tables_and_ends_with_the_json(monkeypatch, 
     spec.loader.exec_module(module)
     calls = []
 
-    def fake_run(cases, variants, methods, n_prompts, seed, trials):
-        calls.append((cases, variants, methods, n_prompts, seed, trials))
+    def fake_run(cases, variants, methods, n_prompts, seed, trials, suite):
+        calls.append((cases, variants, methods, n_prompts, seed, trials, suite))
         return run_table()
 
     monkeypatch.setattr(module, "run_cases", fake_run)
     csv = tmp_path / "run.csv"
     module.main(["--quick", "--methods", "eap,eap-ig,circuitlasso-linear", "--csv", str(csv)])
-    assert calls == [(["3", "13", "19", "29"], ["exact", "distractors"], calls[0][2], 200, 0, 1)]
+    quick = (["3", "13", "19", "29"], ["exact", "distractors"], calls[0][2], 200, 0, 1)
+    assert calls == [(*quick, "interpbench")]
     lines = capsys.readouterr().out.strip().splitlines()
     assert "means over cases" in lines
     assert json.loads(lines[-1]) == report.summary(run_table())

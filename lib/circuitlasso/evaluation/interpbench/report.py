@@ -1,9 +1,9 @@
 """Tables of an InterpBench run: per case, means over cases, median speedups, parity, JSON summary.
 
 A run is one DataFrame with a row per case x variant x method, as returned by
-:func:`circuitlasso.data.interpbench.evaluate_case` (concatenated by :func:`run_cases`, with the
-trained IOI case by :func:`run_benchmark`). The other functions only reshape it; the benchmark
-script and the notebook both print them.
+:func:`circuitlasso.evaluation.interpbench.evaluate_compiled` (concatenated by
+:func:`run_cases`, with the trained IOI case by :func:`run_benchmark`). The other functions only
+reshape it; the benchmark script and the notebook both print them.
 
 - :func:`case_means`: the mean of each column over cases, per variant and method (paper Fig. 2).
 - :func:`median_speedups`: per CircuitLasso method, the median over case x variant of the
@@ -29,10 +29,12 @@ from tqdm import tqdm
 
 from circuitlasso.circuits.circuit import Circuit, circuit_at_threshold
 from circuitlasso.data.graph import Edge
-from circuitlasso.data.interpbench.compile import compile_case
+from circuitlasso.data.interpbench.compile import compile_case, compile_task
 from circuitlasso.data.interpbench.convert import VARIANTS, Variant, to_hooked_transformer
+from circuitlasso.data.interpbench.heldout import HELDOUT_TASKS
+from circuitlasso.data.interpbench.programs import CASES, TracrTask
 from circuitlasso.data.interpbench.prompts import make_prompts
-from circuitlasso.evaluation.interpbench.evaluate import METHODS, evaluate_case, run_method
+from circuitlasso.evaluation.interpbench.evaluate import METHODS, evaluate_compiled, run_method
 from circuitlasso.evaluation.interpbench.ioi import evaluate_ioi
 
 ACCURACY_COLUMNS = (
@@ -47,6 +49,17 @@ TIME_COLUMNS = ("collect_s", "solve_s", "total_s")
 LASSO_METHODS = tuple(m for m in METHODS if m.startswith("circuitlasso"))
 BASELINES = ("eap-ig", "eap")
 PAPER_SPEEDUPS = {"eap-ig": 3.0, "eap": 2.1}  # circuitlasso-linear's, paper Sec. 4.1
+SUITES: dict[str, dict[str, TracrTask]] = {"interpbench": CASES, "heldout": HELDOUT_TASKS}
+
+
+def suite_task(suite: str, case: str | int) -> TracrTask:
+    """The task ``case`` of ``suite`` ("interpbench" or "heldout"); ValueError naming the ids."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; known suites: {', '.join(SUITES)}")
+    tasks = SUITES[suite]
+    if str(case) not in tasks:
+        raise ValueError(f"unknown {suite} case id {case!r}; known ids: {', '.join(tasks)}")
+    return tasks[str(case)]
 
 
 def run_cases(
@@ -57,14 +70,19 @@ def run_cases(
     seed: int = 0,
     trials: int = 3,
     progress: bool = True,
+    suite: str = "interpbench",
 ) -> pd.DataFrame:
-    """:func:`evaluate_case` for every case x variant, concatenated (one row per method)."""
-    jobs = [(str(case), variant) for case in cases for variant in variants]
+    """:func:`evaluate_compiled` for every case of ``suite`` x variant, concatenated (one row per
+    method); ``suite`` is "interpbench" (:data:`CASES`) or "heldout" (:data:`HELDOUT_TASKS`).
+    Each task is compiled once."""
+    tasks = [suite_task(suite, case) for case in cases]
+    jobs = [(task, variant) for task in tasks for variant in variants]
     if not jobs:
         raise ValueError("no case x variant to run: pass at least one case and one variant")
+    compiled = {task.case_id: compile_task(task) for task in tasks}
     tables = [
-        evaluate_case(case, variant, methods, n_prompts, seed, trials)
-        for case, variant in tqdm(jobs, desc="cases", disable=not progress)
+        evaluate_compiled(compiled[task.case_id], variant, methods, n_prompts, seed, trials)
+        for task, variant in tqdm(jobs, desc="cases", disable=not progress)
     ]
     return pd.concat(tables, ignore_index=True)
 
