@@ -17,14 +17,13 @@ for the brackets, whose corrupted input has the opposite balance so the one-bit 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from tracr.compiler import lib
 from tracr.rasp import rasp
 
 from circuitlasso.data.interpbench.programs import (
-    Corrupter,
     InputSampler,
     TracrTask,
     Value,
@@ -144,74 +143,54 @@ def _is_balanced(row: Sequence[Value]) -> bool:
     return depth == 0
 
 
-def _task(
-    case_id: str,
-    description: str,
-    factory: Callable[[], rasp.SOp],
-    vocab: Sequence[Value],
-    max_seq_len: int,
-    sampler: InputSampler | None = None,
-    corrupter: Corrupter | None = None,
-) -> TracrTask:
-    return TracrTask.from_program(
-        case_id,
-        factory,
-        vocab,
-        max_seq_len,
-        description=description,
-        sample_inputs=sampler,
-        sample_corrupted=corrupter,
-    )
-
-
 def _build_tasks() -> dict[str, TracrTask]:
     abc = ("a", "b", "c")
-    digits = (0, 1, 2)
+    task = TracrTask.from_program  # (id, program, vocab, length, description, sampler, corrupter)
     tasks = [
-        _task("h-reverse", "reverse the sequence (tracr lib.make_reverse)", make_reverse, abc, 4),
-        _task(
+        task("h-reverse", make_reverse, abc, 4, "reverse the sequence (tracr lib.make_reverse)"),
+        task(
             "h-sort",
-            "sort distinct numbers ascending (tracr lib.make_sort)",
             make_sort,
             (1, 2, 3, 4, 5, 6),
             5,
+            "sort distinct numbers ascending (tracr lib.make_sort)",
             _sample_distinct((1, 2, 3, 4, 5, 6), 5),
         ),
-        _task("h-count", "count of 'a' tokens (tracr lib.make_count)", make_count_a, abc, 5),
-        _task(
+        task("h-count", make_count_a, abc, 5, "count of 'a' tokens (tracr lib.make_count)"),
+        task(
             "h-count-less-freq",
-            "positions whose token occurs at most twice (tracr lib.make_count_less_freq)",
             make_count_less_freq,
             ("a", "b", "c", "d"),
             5,
+            "positions whose token occurs at most twice (tracr lib.make_count_less_freq)",
         ),
-        _task(
+        task(
             "h-detect-pattern",
-            'pattern "ab" ends here (tracr lib.detect_pattern)',
             make_detect_pattern,
             abc,
             5,
+            'pattern "ab" ends here (tracr lib.detect_pattern)',
         ),
-        _task(
+        task(
             "h-balanced",
-            "balanced brackets in the prefix (tracr lib.make_shuffle_dyck)",
             make_balanced,
             ("(", ")"),
             6,
+            "balanced brackets in the prefix (tracr lib.make_shuffle_dyck)",
             _sample_brackets(6),
             _flip_balance,
         ),
-        _task("h-two-back", "token two positions back (new)", make_two_back, abc, 5),
-        _task("h-rank", "count of smaller tokens (new)", make_rank, (0, 1, 2, 3), 5),
-        _task(
+        task("h-two-back", make_two_back, abc, 5, "token two positions back (new)"),
+        task("h-rank", make_rank, (0, 1, 2, 3), 5, "count of smaller tokens (new)"),
+        task(
             "h-neighbour-sum",
-            "digit plus previous digit mod 3 (new)",
             make_neighbour_sum,
-            digits,
+            (0, 1, 2),
             5,
+            "digit plus previous digit mod 3 (new)",
         ),
     ]
-    return {task.case_id: task for task in tasks}
+    return {t.case_id: t for t in tasks}
 
 
 HELDOUT_TASKS: dict[str, TracrTask] = _build_tasks()
