@@ -11,7 +11,8 @@ Each round has two passes over the outputs still pending:
      if it ever has to.
   2. Solve (buckets of equal working-set size K): batched FISTA on the (B, K, K) Gram blocks G_W,
      warm-started at b, with cross products X~_W^T y_c = g_W + G_W b from the certificate's
-     gradient (no product with the targets), to an inner gap of max(INNER_FRACTION x certified gap, tol / 2).
+     gradient (no product with the targets), to an inner gap of
+     max(INNER_FRACTION x certified gap, tol / 2).
 Outputs with y_c = 0 are solved by b = 0 without any work; lam >= lam_max is certified at b = 0
 in the first certificate pass, so it returns exact zeros.
 Both passes batch outputs by the bytes a batch allocates, within a memory budget
