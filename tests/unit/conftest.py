@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,10 @@ import scipy.sparse as sp
 from huggingface_hub import constants as hf_constants
 
 from circuitlasso import cache
+from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, LayerPairFit
+from circuitlasso.data.graph import candidate_edges, graph_nodes
+from circuitlasso.data.interpbench import CompiledTask, to_hooked_transformer
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 
@@ -60,3 +64,19 @@ def hand_chain() -> tuple[dict[int, sp.csr_matrix], dict[int, dict[int, LayerPai
     columns = {1: {0: fit1, 2: fit1}, 2: {1: fit2, 3: fit2}}
     label = LabelFit(2, np.array([0.3, -0.8, 0.5, 1.2]), -0.2, 0.0, True)
     return Z, columns, label
+
+
+@pytest.fixture
+def check_ground_truth() -> Callable[[CompiledTask], None]:
+    """Asserts that a compiled task's ground truth is a nonempty DAG from input to output whose
+    edges are all in the candidate graph of both converted variants."""
+
+    def check(compiled: CompiledTask) -> None:
+        truth = Circuit(compiled.ground_truth)
+        assert len(truth) > 0 and truth.is_acyclic()
+        assert {"input", "output"} <= truth.nodes
+        for variant in ("exact", "distractors"):
+            model = to_hooked_transformer(compiled, variant)
+            assert truth.edges <= set(candidate_edges(graph_nodes(model)))
+
+    return check
