@@ -168,3 +168,27 @@ def test_summary_figure_has_shd_and_log_time_panels_per_variant():
     assert len(axes[0].patches) == 6  # 2 cases x 3 methods
     with pytest.raises(ValueError, match="total_s"):
         plots.interpbench_summary(run_table().drop(columns="total_s"))
+
+
+def test_suite_comparison_puts_each_suites_means_side_by_side():
+    table = run_table()
+    other = table[table["case"] == "a"]  # a second "suite": case a alone
+    comparison = report.suite_comparison({"InterpBench": table, "held-out": other})
+    assert list(comparison.columns) == ["InterpBench", "held-out"]
+    assert comparison.loc[("distractors", "circuitlasso-linear"), "InterpBench"] == 4.5
+    assert comparison.loc[("distractors", "circuitlasso-linear"), "held-out"] == 5
+    auroc = report.suite_comparison({"s": table}, "edge_auroc")
+    assert auroc.loc[("exact", "eap"), "s"] == pytest.approx(0.95)
+    with pytest.raises(ValueError, match="no run"):
+        report.suite_comparison({})
+    fig = plots.suite_comparison(comparison)
+    assert [ax.get_title() for ax in fig.axes] == ["exact", "distractors"]
+    assert len(fig.axes[0].patches) >= 6  # 3 methods x 2 suites
+
+
+def test_section_summary_adds_the_heldout_means():
+    table = run_table()
+    summary = report.section_summary(table, heldout=table[table["case"] == "b"])
+    assert summary["means"]["distractors"]["circuitlasso-linear"]["edge_shd"] == 4.5
+    assert summary["heldout_means"]["distractors"]["circuitlasso-linear"]["edge_shd"] == 4
+    assert "heldout_means" not in report.section_summary(table)

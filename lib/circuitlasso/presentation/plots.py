@@ -138,6 +138,13 @@ def toy_world_quality(report: dict) -> Figure:
     return fig
 
 
+def _slant_xticks(ax: plt.Axes) -> None:
+    """Long x tick labels slanted by 30 degrees, anchored at their right end."""
+    ax.tick_params(axis="x", labelrotation=30)
+    for tick in ax.get_xticklabels():
+        tick.set_horizontalalignment("right")
+
+
 def interpbench_summary(table: pd.DataFrame) -> Figure:
     """Per case and method: edge SHD (left) and wall time (right, log scale), one row per variant.
 
@@ -163,10 +170,33 @@ def interpbench_summary(table: pd.DataFrame) -> Figure:
             ax.set(xlabel="case", ylabel=label, title=f"{variant}: {label.split(' (')[0]}")
             if column == "total_s":
                 ax.set_yscale("log")
+            if data["case"].str.len().max() > 3:  # named tasks
+                _slant_xticks(ax)
     palette = sns.color_palette(n_colors=len(methods))
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in palette]
     fig.legend(handles, methods, loc="upper center", ncol=min(len(methods), 6), fontsize="small")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.2 * len(variants))))
+    return fig
+
+
+def suite_comparison(comparison: pd.DataFrame, label: str = "mean edge SHD") -> Figure:
+    """Per variant (one panel each), the mean of each method on each suite, as grouped bars.
+
+    ``comparison`` is indexed by (variant, method) with one column per suite, as returned by
+    :func:`circuitlasso.evaluation.interpbench.report.suite_comparison`.
+    """
+    if comparison.index.nlevels != 2 or comparison.empty:
+        raise ValueError("comparison must be a non-empty (variant, method)-indexed table")
+    long = comparison.rename_axis(index=["variant", "method"], columns="suite").stack()
+    data = long.rename("value").reset_index()
+    variants = list(dict.fromkeys(data["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(6 * len(variants), 3.6), squeeze=False)
+    for ax, variant in zip(axes[0], variants, strict=True):
+        panel = data[data["variant"] == variant]
+        sns.barplot(data=panel, x="method", y="value", hue="suite", ax=ax)
+        ax.set(xlabel="", ylabel=label, title=variant)
+        _slant_xticks(ax)
+    fig.tight_layout()
     return fig
 
 

@@ -15,7 +15,8 @@ reshape it; the benchmark script and the notebook both print them.
   to see which edges a method gets wrong (:func:`case_edge_rankings` for a case's methods,
   :func:`describe_ranking` for how many of the kept edges are wrong and why).
 - :func:`speedup_note` and :func:`parity_text`: the lines that read those tables against the
-  paper; :func:`section_summary`: the notebook's JSON summary.
+  paper; :func:`suite_comparison`: the InterpBench and held-out suites' means side by side;
+  :func:`section_summary`: the notebook's JSON summary.
 """
 
 from __future__ import annotations
@@ -285,18 +286,37 @@ def nested_means(table: pd.DataFrame, column: str) -> dict[str, dict[str, float]
     return out
 
 
-def section_summary(table: pd.DataFrame) -> dict:
-    """The notebook's JSON summary: ``means`` (per variant and method, the mean edge SHD and edge
-    AUROC over cases, rounded to 4 decimals) and ``median_speedup`` (:func:`speedup_table`, per
-    baseline and method, rounded to 3)."""
-    means = case_means(table, ["edge_shd", "edge_auroc"]).round(4)
+def suite_comparison(tables: Mapping[str, pd.DataFrame], column: str = "edge_shd") -> pd.DataFrame:
+    """The mean of ``column`` over cases per (variant, method) of each run in ``tables`` (suite
+    name -> run table), the suites side by side as columns: (variant x method, suites)."""
+    if not tables:
+        raise ValueError("no run to compare: pass at least one suite's table")
+    return pd.concat(
+        {suite: case_means(table, [column])[column] for suite, table in tables.items()}, axis=1
+    )
+
+
+def _nested_rows(means: pd.DataFrame) -> dict:
+    """``{variant: {method: {column: value}}}`` from a (variant, method)-indexed frame."""
     return {
-        "means": {
-            str(variant): {str(method): row.to_dict() for (_, method), row in group.iterrows()}
-            for variant, group in means.groupby(level="variant", sort=False)
-        },
+        str(variant): {str(method): row.to_dict() for (_, method), row in group.iterrows()}
+        for variant, group in means.groupby(level="variant", sort=False)
+    }
+
+
+def section_summary(table: pd.DataFrame, heldout: pd.DataFrame | None = None) -> dict:
+    """The notebook's JSON summary: ``means`` (per variant and method, the mean edge SHD and edge
+    AUROC over cases, rounded to 4 decimals), ``median_speedup`` (:func:`speedup_table`, per
+    baseline and method, rounded to 3) and, given the held-out suite's run, ``heldout_means``
+    (as ``means``)."""
+    columns = ["edge_shd", "edge_auroc"]
+    summary = {
+        "means": _nested_rows(case_means(table, columns).round(4)),
         "median_speedup": speedup_table(table).round(3).to_dict(),
     }
+    if heldout is not None:
+        summary["heldout_means"] = _nested_rows(case_means(heldout, columns).round(4))
+    return summary
 
 
 def summary(table: pd.DataFrame) -> dict:
