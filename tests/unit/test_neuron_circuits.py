@@ -6,6 +6,9 @@ from tracr.rasp import rasp
 
 from circuitlasso.circuits.circuit import circuit_at_threshold, gap_threshold
 from circuitlasso.circuits.components import (
+    _child_design,
+    _group_sparse_mlp,
+    group_lam_max,
     linear_edge_scores,
     nonlinear_edge_scores,
     standardize,
@@ -118,10 +121,59 @@ def test_nonlinear_scores_find_a_nonlinear_parent_and_are_seeded():
     acts = NodeActivations(
         torch.cat([a, d, child], 1), ["input", "a0.h0", "m0"], [2, 2, 1], [[], [], [0, 1]]
     )
-    scores = nonlinear_edge_scores(acts, lam=0.03, seed=0)
+    scores = nonlinear_edge_scores(acts, seed=0)
     assert scores[("input", "m0")] > 0.5
-    assert scores[("a0.h0", "m0")] < 0.05 * scores[("input", "m0")]
-    assert nonlinear_edge_scores(acts, lam=0.03, seed=0) == scores
+    assert scores[("a0.h0", "m0")] == 0.0
+    assert nonlinear_edge_scores(acts, seed=0) == scores
+
+
+def _planted(kind: str, seed: int, m: int = 400) -> NodeActivations:
+    """Ten parents of 2 columns each (parent 4 constant) and a child of parents 2 and 7 only."""
+    g = torch.Generator().manual_seed(seed)
+    parents = torch.randn(m, 10, 2, generator=g, dtype=torch.float64)
+    parents[:, 4] = 1.5
+    a, b = parents[:, 2], parents[:, 7]
+    if kind == "relu":
+        child = torch.relu(a[:, :1] + b[:, 1:]) - torch.relu(a[:, 1:] - b[:, :1])
+    elif kind == "product":
+        child = a[:, :1] * b[:, :1] + a[:, 1:]
+    else:  # "abs": no linear trace of parent 2's first column
+        child = a[:, :1].abs() + torch.relu(b[:, 1:])
+    names = [f"p{i}" for i in range(10)] + ["child"]
+    x = torch.cat([parents.reshape(m, 20), child], 1)
+    return NodeActivations(x, names, [2] * 10 + [1], [[] for _ in range(10)] + [list(range(10))])
+
+
+@pytest.mark.parametrize("kind", ["relu", "product", "abs"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_nonlinear_scores_recover_exactly_the_planted_parents(kind, seed):
+    scores = nonlinear_edge_scores(_planted(kind, seed), seed=seed)
+    true = {("p2", "child"), ("p7", "child")}
+    assert {e for e, s in scores.items() if s > 0} == true  # non-edges are exactly zero
+    threshold = gap_threshold(scores)
+    assert {e for e, s in scores.items() if s > threshold} == true
+    assert min(scores[e] for e in true) > 0.5
+
+
+def test_group_lam_max_is_where_the_first_layer_vanishes():
+    g = torch.Generator().manual_seed(5)
+    acts = _planted("relu", 0)
+    acts.X[:, -1] = acts.X[:, 4:6] @ torch.randn(2, generator=g, dtype=torch.float64)  # linear
+    predictors, sizes, target = _child_design(acts, 10, None)
+    live = [k for k, size in enumerate(sizes) if k != 4]  # parent 4 is constant: zero columns
+    x = torch.cat([torch.split(predictors, sizes, 1)[k] for k in live], 1)
+    top = group_lam_max(x, [2] * 9, target)
+    corr = x.T @ target / len(x)
+    assert top == pytest.approx(max(float(torch.linalg.norm(c)) for c in corr.split(2)))
+    above = _group_sparse_mlp(x, [2] * 9, target, 1.05 * top, 16, 1000, 1e-7, g)
+    assert above == [0.0] * 9
+    below = _group_sparse_mlp(x, [2] * 9, target, 0.5 * top, 16, 1000, 1e-7, g)
+    assert [k for k, n in zip(live, below, strict=True) if n > 0] == [2]
+
+
+def test_nonlinear_lam_ratio_must_be_a_fraction():
+    with pytest.raises(ValueError, match="lam_ratio"):
+        nonlinear_edge_scores(_chain(), lam_ratio=0.0)
 
 
 def test_lam_ratio_must_be_a_fraction():
