@@ -6,7 +6,6 @@ from tracr.rasp import rasp
 
 from circuitlasso.circuits.circuit import circuit_at_threshold, gap_threshold
 from circuitlasso.circuits.components import (
-    _child_design,
     _group_sparse_mlp,
     group_lam_max,
     linear_edge_scores,
@@ -157,18 +156,25 @@ def test_nonlinear_scores_recover_exactly_the_planted_parents(kind, seed):
 
 def test_group_lam_max_is_where_the_first_layer_vanishes():
     g = torch.Generator().manual_seed(5)
-    acts = _planted("relu", 0)
-    acts.X[:, -1] = acts.X[:, 4:6] @ torch.randn(2, generator=g, dtype=torch.float64)  # linear
-    predictors, sizes, target = _child_design(acts, 10, None)
-    live = [k for k, size in enumerate(sizes) if k != 4]  # parent 4 is constant: zero columns
-    x = torch.cat([torch.split(predictors, sizes, 1)[k] for k in live], 1)
-    top = group_lam_max(x, [2] * 9, target)
-    corr = x.T @ target / len(x)
-    assert top == pytest.approx(max(float(torch.linalg.norm(c)) for c in corr.split(2)))
-    above = _group_sparse_mlp(x, [2] * 9, target, 1.05 * top, 16, 1000, 1e-7, g)
-    assert above == [0.0] * 9
-    below = _group_sparse_mlp(x, [2] * 9, target, 0.5 * top, 16, 1000, 1e-7, g)
-    assert [k for k, n in zip(live, below, strict=True) if n > 0] == [2]
+    x = standardize(torch.randn(400, 18, generator=g, dtype=torch.float64))
+    mix = torch.tensor([[2.0, 0.5], [0.0, 1.0]], dtype=torch.float64)
+    y = standardize(x[:, 4:6] @ mix)  # two columns, linear in group 2 (of 9 groups of 2)
+    top = group_lam_max(x, [2] * 9, y)
+    corr = (x.T @ y / (400 * 2)).numpy()
+    spectral = [np.linalg.norm(corr[k : k + 2], 2) for k in range(0, 18, 2)]
+    assert top == pytest.approx(max(spectral))
+    assert top < max(np.linalg.norm(corr[k : k + 2]) for k in range(0, 18, 2))  # not Frobenius
+    for seed in range(3):  # at or above lam_max the first layer vanishes whatever the start
+        fit = _group_sparse_mlp(x, [2] * 9, y, 1.05 * top, 16, 500, 1e-7, _generator(seed))
+        assert fit == [0.0] * 9
+    # below it the group enters (from a random W2 the entry point is below lam_max, the largest
+    # gradient over all W2 in the unit ball)
+    fit = _group_sparse_mlp(x, [2] * 9, y, 0.3 * top, 16, 500, 1e-7, _generator(0))
+    assert [k for k, n in enumerate(fit) if n > 0] == [2]
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
 
 
 def test_nonlinear_lam_ratio_must_be_a_fraction():

@@ -58,7 +58,7 @@ from circuitlasso.solve.prepare import column_stats
 
 NEGLIGIBLE_STD = 1e-6  # columns whose std is below this fraction of the largest std are constant
 LINEAR_TOL = 1e-4  # the linear fits stop at a duality gap below this times each column's variance
-MLP_INIT = 1e-2  # norm of each hidden unit's first-layer weights at the start of a nonlinear fit
+MLP_INIT = 0.1  # norm of each hidden unit's first-layer weights at the start of a nonlinear fit
 
 
 @dataclass(frozen=True)
@@ -241,9 +241,9 @@ def _group_sparse_mlp(
     ``1/L1``, ``L1 = ||[X, 1]||_2^2 / (Mq)``, then the group soft-threshold by ``lam / L1``
     (exactly zero for a group the fit does not need); ``(W2, b2)`` with step ``1/L2``,
     ``L2 = ||[H, 1]||_2^2 / (Mq)`` of the current hidden layer ``H``, then the projection onto
-    the unit ball. ``W1`` starts small (``1e-2`` per unit), so a group that never gets a useful
-    gradient stays at or near zero. Stops when the objective changes by less than ``tol``
-    (relative) or after ``max_steps``.
+    the unit ball. ``W1`` starts small (norm ``MLP_INIT`` per unit, against fitted group norms of
+    order 1), so a group that never gets a useful gradient is shrunk to zero within a few steps.
+    Stops when the objective changes by less than ``tol`` (relative) or after ``max_steps``.
     """
     m, p = predictors.shape
     q = target.shape[1]
@@ -294,8 +294,8 @@ def nonlinear_edge_scores(
     lam_ratio: float = 0.05,
     reads: dict[str, torch.Tensor] | None = None,
     hidden: int = 16,
-    max_steps: int = 2000,
-    tol: float = 1e-9,
+    max_steps: int = 500,
+    tol: float = 1e-7,
     seed: int = 0,
 ) -> EdgeScores:
     """Group-lasso MLP edge scores (see module docstring) on standardized data.
