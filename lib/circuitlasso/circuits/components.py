@@ -15,21 +15,21 @@ scored by how much the fitted model uses the parent's block.
   group-lasso penalty on the first-layer weights, one group per parent block; the score is the
   group norm ``||W1[:, g]||_F``. Constant parents score 0 and stay out of the fit.
 
-Both variants choose their penalty the same way: ``lam_ratio`` times the child's smallest
-all-zero penalty, on standardized data. For the Lasso that is its lam_max,
-``max |x_k^T y_t| / M``. The MLP's first-layer penalty alone has no scale (ReLU is positively
-homogeneous: ``W1, b1`` times ``c`` and ``W2`` over ``c`` give the same fit and ``c`` times the
-penalty), so the second layer is held in the unit ball ``||W2||_F <= 1``; then ``W1 = 0`` is a
-stationary point for every admissible ``W2, b1`` exactly when
-``lam >= lam_max = max_g ||X_g^T Y||_2 / (Mq)`` (the loss is ``1/(2Mq) ||.||_F^2``), the group
-lasso's own lam_max (:func:`group_lam_max`). The fit is proximal (group soft-thresholding, see
-:func:`_group_sparse_mlp`), so a parent the fit does not need has a group norm of exactly 0, and
-it starts from a small ``W1`` so that the scores reflect the fit rather than the initialization.
-The MLP is not convex: ``W1 = 0`` is stationary for any ``lam`` when a child depends on its
-parents only through terms uncorrelated with them (``lam_max`` only sees correlation), which is
-why the fit starts near, not at, zero; and where a parent is itself a function of an earlier
-parent (every node of a compiled model is a function of the input) the MLP may use the earlier
-one alone, an edge set the linear model cannot reach.
+Both variants choose their penalty the same way: ``lam_ratio`` times the child's smallest all-zero
+penalty, on standardized data. For the Lasso that is its lam_max, ``max |x_k^T y_t| / M``. The
+MLP's first-layer penalty alone has no scale (ReLU is positively homogeneous: ``W1, b1`` times
+``c`` and ``W2`` over ``c`` give the same fit and ``c`` times the penalty), so the second layer is
+held in the unit ball ``||W2||_F <= 1``; then ``W1 = 0`` is a stationary point for every admissible
+``W2, b1`` exactly when ``lam >= lam_max = max_g ||X_g^T Y||_2 / (Mq)`` (the loss is
+``1/(2Mq) ||.||_F^2``), the group lasso's own lam_max (:func:`group_lam_max`; from a random ``W2``
+not aligned with the top singular vectors of ``X_g^T Y`` a group enters only at a smaller penalty).
+The fit is proximal (group soft-thresholding, see :func:`_group_sparse_mlp`), so a parent the fit
+does not need has a group norm of exactly 0, and it starts from a small ``W1`` so that the scores
+reflect the fit rather than the initialization. The MLP is not convex: ``W1 = 0`` is stationary for
+any ``lam`` when a child depends on its parents only through terms uncorrelated with them
+(``lam_max`` only sees correlation), which is why the fit starts near, not at, zero; and where a
+parent is itself a function of an earlier parent (every node of a compiled model is a function of
+the input) the MLP may use the earlier one alone, an edge set the linear model cannot reach.
 
 The circuit keeps edges above :func:`circuitlasso.circuits.circuit.gap_threshold`, for every
 variant. None of these choices looks at a ground truth.
@@ -343,6 +343,8 @@ def circuit_lasso(
     """Collect token-averaged node activations on ``tokens: (M, P)`` and score every edge.
 
     For CircuitLasso, ``tokens`` stacks the clean and the corrupted prompts (App. B.2).
+    ``lam_ratio`` sets the penalty of the linear and the nonlinear variant alike (module
+    docstring).
     """
     tic = time.perf_counter()
     acts = collect_nodes(model, tokens, position_mask)
