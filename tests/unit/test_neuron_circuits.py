@@ -6,6 +6,8 @@ from tracr.rasp import rasp
 
 from circuitlasso.circuits.circuit import circuit_at_threshold, gap_threshold
 from circuitlasso.circuits.components import (
+    _group_sparse_mlp,
+    group_lam_max,
     linear_edge_scores,
     nonlinear_edge_scores,
     standardize,
@@ -118,10 +120,66 @@ def test_nonlinear_scores_find_a_nonlinear_parent_and_are_seeded():
     acts = NodeActivations(
         torch.cat([a, d, child], 1), ["input", "a0.h0", "m0"], [2, 2, 1], [[], [], [0, 1]]
     )
-    scores = nonlinear_edge_scores(acts, lam=0.03, seed=0)
+    scores = nonlinear_edge_scores(acts, seed=0)
     assert scores[("input", "m0")] > 0.5
-    assert scores[("a0.h0", "m0")] < 0.05 * scores[("input", "m0")]
-    assert nonlinear_edge_scores(acts, lam=0.03, seed=0) == scores
+    assert scores[("a0.h0", "m0")] == 0.0
+    assert nonlinear_edge_scores(acts, seed=0) == scores
+
+
+def _planted(kind: str, seed: int, m: int = 400) -> NodeActivations:
+    """Ten parents of 2 columns each (parent 4 constant) and a child of parents 2 and 7 only."""
+    g = torch.Generator().manual_seed(seed)
+    parents = torch.randn(m, 10, 2, generator=g, dtype=torch.float64)
+    parents[:, 4] = 1.5
+    a, b = parents[:, 2], parents[:, 7]
+    if kind == "relu":
+        child = torch.relu(a[:, :1] + b[:, 1:]) - torch.relu(a[:, 1:] - b[:, :1])
+    elif kind == "product":
+        child = a[:, :1] * b[:, :1] + a[:, 1:]
+    else:  # "abs": no linear trace of parent 2's first column
+        child = a[:, :1].abs() + torch.relu(b[:, 1:])
+    names = [f"p{i}" for i in range(10)] + ["child"]
+    x = torch.cat([parents.reshape(m, 20), child], 1)
+    return NodeActivations(x, names, [2] * 10 + [1], [[] for _ in range(10)] + [list(range(10))])
+
+
+@pytest.mark.parametrize("kind", ["relu", "product", "abs"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_nonlinear_scores_recover_exactly_the_planted_parents(kind, seed):
+    scores = nonlinear_edge_scores(_planted(kind, seed), seed=seed)
+    true = {("p2", "child"), ("p7", "child")}
+    assert {e for e, s in scores.items() if s > 0} == true  # non-edges are exactly zero
+    threshold = gap_threshold(scores)
+    assert {e for e, s in scores.items() if s > threshold} == true
+    assert min(scores[e] for e in true) > 0.5
+
+
+def test_group_lam_max_is_where_the_first_layer_vanishes():
+    g = torch.Generator().manual_seed(5)
+    x = standardize(torch.randn(400, 18, generator=g, dtype=torch.float64))
+    mix = torch.tensor([[2.0, 0.5], [0.0, 1.0]], dtype=torch.float64)
+    y = standardize(x[:, 4:6] @ mix)  # two columns, linear in group 2 (of 9 groups of 2)
+    top = group_lam_max(x, [2] * 9, y)
+    corr = (x.T @ y / (400 * 2)).numpy()
+    spectral = [np.linalg.norm(corr[k : k + 2], 2) for k in range(0, 18, 2)]
+    assert top == pytest.approx(max(spectral))
+    assert top < max(np.linalg.norm(corr[k : k + 2]) for k in range(0, 18, 2))  # not Frobenius
+    for seed in range(3):  # at or above lam_max the first layer vanishes whatever the start
+        fit = _group_sparse_mlp(x, [2] * 9, y, 1.05 * top, 16, 500, 1e-7, _generator(seed))
+        assert fit == [0.0] * 9
+    # below it the group enters (from a random W2 the entry point is below lam_max, the largest
+    # gradient over all W2 in the unit ball)
+    fit = _group_sparse_mlp(x, [2] * 9, y, 0.3 * top, 16, 500, 1e-7, _generator(0))
+    assert [k for k, n in enumerate(fit) if n > 0] == [2]
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_nonlinear_lam_ratio_must_be_a_fraction():
+    with pytest.raises(ValueError, match="lam_ratio"):
+        nonlinear_edge_scores(_chain(), lam_ratio=0.0)
 
 
 def test_lam_ratio_must_be_a_fraction():

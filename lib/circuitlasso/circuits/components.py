@@ -9,19 +9,35 @@ scored by how much the fitted model uses the parent's block.
 - linear with ``read_projection``: each parent's activation is first mapped through the child's
   read weights (W_Q|W_K|W_V of a head, W_in of an MLP, W_U of the output), so a parent only
   counts through what the child can read, and whitened (a rank-deficient projection becomes a
-  few uncorrelated columns); one :func:`circuitlasso.solve.lasso` per child.
-- nonlinear: per child a one-hidden-layer ReLU MLP with a group-lasso penalty on the first-layer
-  weights, one group per parent block, trained by proximal gradient descent; the score is the
-  group norm.
+  few uncorrelated columns); one :func:`circuitlasso.solve.lasso` per child. The nonlinear
+  variant takes the same projection.
+- nonlinear: per child a one-hidden-layer ReLU MLP ``Y ~ relu(X W1^T + b1) W2^T + b2`` with a
+  group-lasso penalty on the first-layer weights, one group per parent block; the score is the
+  group norm ``||W1[:, g]||_F``. Constant parents score 0 and stay out of the fit.
 
-The linear penalty is ``lam_ratio`` times the child's smallest all-zero penalty (the Lasso's
-lam_max on standardized data); the nonlinear one is a fixed ``lam`` on standardized data. The
-circuit keeps edges above :func:`circuitlasso.circuits.circuit.gap_threshold`. None of these
-choices looks at a ground truth.
+Both variants choose their penalty the same way: ``lam_ratio`` times the child's smallest all-zero
+penalty, on standardized data. For the Lasso that is its lam_max, ``max |x_k^T y_t| / M``. The
+MLP's first-layer penalty alone has no scale (ReLU is positively homogeneous: ``W1, b1`` times
+``c`` and ``W2`` over ``c`` give the same fit and ``c`` times the penalty), so the second layer is
+held in the unit ball ``||W2||_F <= 1``; then ``W1 = 0`` is a stationary point for every admissible
+``W2, b1`` exactly when ``lam >= lam_max = max_g ||X_g^T Y||_2 / (Mq)`` (the loss is
+``1/(2Mq) ||.||_F^2``), the group lasso's own lam_max (:func:`group_lam_max`; from a random ``W2``
+not aligned with the top singular vectors of ``X_g^T Y`` a group enters only at a smaller penalty).
+The fit is proximal (group soft-thresholding, see :func:`_group_sparse_mlp`), so a parent the fit
+does not need has a group norm of exactly 0, and it starts from a small ``W1`` so that the scores
+reflect the fit rather than the initialization. The MLP is not convex: ``W1 = 0`` is stationary for
+any ``lam`` when a child depends on its parents only through terms uncorrelated with them
+(``lam_max`` only sees correlation), which is why the fit starts near, not at, zero; and where a
+parent is itself a function of an earlier parent (every node of a compiled model is a function of
+the input) the MLP may use the earlier one alone, an edge set the linear model cannot reach.
+
+The circuit keeps edges above :func:`circuitlasso.circuits.circuit.gap_threshold`, for every
+variant. None of these choices looks at a ground truth.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -42,6 +58,7 @@ from circuitlasso.solve.prepare import column_stats
 
 NEGLIGIBLE_STD = 1e-6  # columns whose std is below this fraction of the largest std are constant
 LINEAR_TOL = 1e-4  # the linear fits stop at a duality gap below this times each column's variance
+MLP_INIT = 0.1  # norm of each hidden unit's first-layer weights at the start of a nonlinear fit
 
 
 @dataclass(frozen=True)
@@ -190,58 +207,104 @@ def linear_edge_scores(
     return scores
 
 
+def group_lam_max(predictors: torch.Tensor, sizes: list[int], target: torch.Tensor) -> float:
+    """Smallest group-lasso penalty at which ``W1 = 0`` is stationary for every admissible
+    second layer: ``max_g ||X_g^T Y||_2 / (M q)`` (spectral norm), see the module docstring.
+
+    predictors (M, p) split into groups of ``sizes`` columns, target (M, q) centered.
+    """
+    m, q = target.shape
+    if predictors.shape[1] == 0 or q == 0:
+        return 0.0
+    corr = predictors.double().T @ target.double() / (m * q)
+    return max(
+        (float(torch.linalg.matrix_norm(b, 2)) for b in torch.split(corr, sizes) if b.numel()),
+        default=0.0,
+    )
+
+
 def _group_sparse_mlp(
     predictors: torch.Tensor,
     sizes: list[int],
     target: torch.Tensor,
     lam: float,
     hidden: int,
-    steps: int,
-    lr: float,
+    max_steps: int,
+    tol: float,
     generator: torch.Generator,
 ) -> list[float]:
     """Group norms of the first-layer weights of a group-lasso MLP fit ``target ~ predictors``.
 
-    predictors (M, p) split into groups of ``sizes`` columns; target (M, q). Proximal gradient
-    descent on ``1/(2Mq) ||target - f(predictors)||_F^2 + lam sum_g ||W1[:, g]||_F``: a full-batch
-    gradient step of size ``lr``, then each group's first-layer columns shrunk by ``lr * lam`` in
-    norm (the group soft-threshold, exactly zero for groups the fit does not need).
+    predictors (M, p) split into groups of ``sizes`` columns; target (M, q) centered. Minimizes
+    ``1/(2Mq) ||Y - relu(X W1^T + b1) W2^T - b2||_F^2 + lam sum_g ||W1[:, g]||_F`` subject to
+    ``||W2||_F <= 1`` by alternating proximal gradient steps (PALM): ``(W1, b1)`` with step
+    ``1/L1``, ``L1 = ||[X, 1]||_2^2 / (Mq)``, then the group soft-threshold by ``lam / L1``
+    (exactly zero for a group the fit does not need); ``(W2, b2)`` with step ``1/L2``,
+    ``L2 = ||[H, 1]||_2^2 / (Mq)`` of the current hidden layer ``H``, then the projection onto
+    the unit ball. ``W1`` starts small (norm ``MLP_INIT`` per unit, against fitted group norms of
+    order 1), so a group that never gets a useful gradient is shrunk to zero within a few steps.
+    Stops when the objective changes by less than ``tol`` (relative) or after ``max_steps``.
     """
-    p, q = predictors.shape[1], target.shape[1]
+    m, p = predictors.shape
+    q = target.shape[1]
     x, y = predictors.float(), target.float()
-    w1 = (torch.randn(hidden, p, generator=generator) / p**0.5).requires_grad_()
-    b1 = torch.zeros(hidden, requires_grad=True)
-    w2 = (torch.randn(q, hidden, generator=generator) / hidden**0.5).requires_grad_()
-    b2 = torch.zeros(q, requires_grad=True)
-    params = [w1, b1, w2, b2]
-    bounds = torch.cumsum(torch.tensor([0, *sizes]), 0).tolist()
-    groups = list(zip(bounds[:-1], bounds[1:], strict=True))
-    for _ in range(steps):
-        fit = torch.relu(x @ w1.T + b1) @ w2.T + b2
-        loss = 0.5 * ((y - fit) ** 2).sum() / (len(x) * q)
-        grads = torch.autograd.grad(loss, params)
-        with torch.no_grad():
-            for param, grad in zip(params, grads, strict=True):
-                param -= lr * grad
-            for start, stop in groups:
-                group = w1[:, start:stop]
-                norm = torch.linalg.norm(group)
-                group.mul_(torch.clamp(1 - lr * lam / norm, min=0) if norm > 0 else 0)
-    return [float(torch.linalg.norm(w1[:, a:b].detach())) for a, b in groups]
+    ones = torch.ones(m, 1)
+    step1 = m * q / float(torch.linalg.matrix_norm(torch.cat([x, ones], 1), 2)) ** 2
+    w1 = torch.randn(hidden, p, generator=generator) * (MLP_INIT / p**0.5)
+    b1 = torch.zeros(hidden)
+    w2 = torch.randn(q, hidden, generator=generator)
+    w2 /= torch.linalg.norm(w2)
+    b2 = torch.zeros(q)
+    group_of = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    previous = math.inf
+    for _ in range(max_steps):
+        pre = x @ w1.T + b1
+        residual = torch.relu(pre) @ w2.T + b2 - y
+        grad_pre = (residual @ w2) * (pre > 0) / (m * q)  # (M, hidden)
+        w1 -= step1 * (grad_pre.T @ x)
+        b1 -= step1 * grad_pre.sum(0)
+        norms = _group_norms(w1, group_of, len(sizes))
+        shrink = torch.where(norms > 0, 1 - step1 * lam / norms, 0).clamp(min=0)
+        w1 *= shrink[group_of]
+        h = torch.relu(x @ w1.T + b1)
+        residual = h @ w2.T + b2 - y
+        hidden_ones = torch.cat([h, ones], 1)
+        lip2 = float(torch.linalg.eigvalsh(hidden_ones.T @ hidden_ones)[-1]) / (m * q)
+        step2 = 1 / max(lip2, 1e-12)
+        w2 -= step2 * (residual.T @ h) / (m * q)
+        b2 -= step2 * residual.sum(0) / (m * q)
+        w2 /= max(float(torch.linalg.norm(w2)), 1.0)
+        residual = h @ w2.T + b2 - y
+        norms = _group_norms(w1, group_of, len(sizes))
+        objective = 0.5 * float((residual**2).sum()) / (m * q) + lam * float(norms.sum())
+        if abs(previous - objective) <= tol * abs(objective):
+            break
+        previous = objective
+    return _group_norms(w1, group_of, len(sizes)).tolist()
+
+
+def _group_norms(w1: torch.Tensor, group_of: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Frobenius norm of each group of columns of ``w1``: (n_groups,)."""
+    squares = torch.zeros(n_groups, dtype=w1.dtype).index_add_(0, group_of, (w1**2).sum(0))
+    return squares.sqrt()
 
 
 def nonlinear_edge_scores(
     acts: NodeActivations,
-    lam: float = 0.01,
+    lam_ratio: float = 0.05,
     reads: dict[str, torch.Tensor] | None = None,
     hidden: int = 16,
-    steps: int = 300,
-    lr: float = 0.3,
+    max_steps: int = 500,
+    tol: float = 1e-7,
     seed: int = 0,
 ) -> EdgeScores:
-    """Group-lasso MLP edge scores (see module docstring) on standardized data."""
-    if lam <= 0:
-        raise ValueError(f"lam must be > 0, got {lam}")
+    """Group-lasso MLP edge scores (see module docstring) on standardized data.
+
+    Per child the penalty is ``lam_ratio`` times :func:`group_lam_max`; a parent whose columns
+    are all constant scores 0 without entering the fit.
+    """
+    if not 0 < lam_ratio < 1:
+        raise ValueError(f"lam_ratio must be in (0, 1), got {lam_ratio}")
     generator = torch.Generator().manual_seed(seed)
     names = acts.names
     scores: EdgeScores = {
@@ -251,11 +314,20 @@ def nonlinear_edge_scores(
         if not parents:
             continue
         predictors, sizes, target = _child_design(acts, j, reads)
-        if not target.abs().any() or not predictors.abs().any():
+        blocks = torch.split(predictors, sizes, 1)
+        live = [k for k, block in enumerate(blocks) if block.abs().any()]
+        if not live or not target.abs().any():
             continue
-        norms = _group_sparse_mlp(predictors, sizes, target, lam, hidden, steps, lr, generator)
-        for i, norm in zip(parents, norms, strict=True):
-            scores[(names[i], names[j])] = norm
+        x = torch.cat([blocks[k] for k in live], 1)
+        live_sizes = [sizes[k] for k in live]
+        top = group_lam_max(x, live_sizes, target)
+        if top == 0:
+            continue
+        norms = _group_sparse_mlp(
+            x, live_sizes, target, lam_ratio * top, hidden, max_steps, tol, generator
+        )
+        for k, norm in zip(live, norms, strict=True):
+            scores[(names[parents[k]], names[j])] = norm
     return scores
 
 
@@ -266,19 +338,20 @@ def circuit_lasso(
     nonlinear: bool = False,
     read_projection: bool = False,
     lam_ratio: float = 0.05,
-    nonlinear_lam: float = 0.01,
     seed: int = 0,
 ) -> CircuitLassoResult:
     """Collect token-averaged node activations on ``tokens: (M, P)`` and score every edge.
 
     For CircuitLasso, ``tokens`` stacks the clean and the corrupted prompts (App. B.2).
+    ``lam_ratio`` sets the penalty of the linear and the nonlinear variant alike (module
+    docstring).
     """
     tic = time.perf_counter()
     acts = collect_nodes(model, tokens, position_mask)
     collected = time.perf_counter()
     reads = read_maps(model) if read_projection else None
     if nonlinear:
-        scores = nonlinear_edge_scores(acts, nonlinear_lam, reads, seed=seed)
+        scores = nonlinear_edge_scores(acts, lam_ratio, reads, seed=seed)
     else:
         scores = linear_edge_scores(acts, lam_ratio, reads)
     threshold = gap_threshold(scores)
