@@ -15,6 +15,7 @@
 from circuitlasso.evaluation.debias.compare import (
     Comparison,
     Method,
+    ablation_table,
     candidate_table,
     chosen_nodes,
     compare_methods,
@@ -39,7 +40,7 @@ from circuitlasso.evaluation.debias.data import (
 from circuitlasso.evaluation.debias.gender import (
     GENDER_SWAPS,
     gender_swap,
-    gendered_share,
+    gendered_tokens,
     precision_recall,
     rule_vs_truth,
     swap_effects,
@@ -65,6 +66,7 @@ __all__ = [
     "ConceptBottleneck",
     "Method",
     "Probe",
+    "ablation_table",
     "accuracies",
     "bottleneck",
     "candidate_table",
@@ -79,7 +81,7 @@ __all__ = [
     "fit_probe",
     "gap_closed",
     "gender_swap",
-    "gendered_share",
+    "gendered_tokens",
     "group_sizes",
     "ig_scores",
     "load_splits",

@@ -19,12 +19,14 @@ fresh temporary cache, so no method is timed on cached work.
 - CircuitLasso: ``A_{s,y}`` by l1-logistic regression on the layer's pooled SAE features
   (:func:`~circuitlasso.circuits.features.fit_label`), the top ``n_candidates`` by ``|A_{s,y}|``,
   the gender features among them zeroed in the features fed to the same classifier; -retrain
-  refits ``A_{s,y}`` with those features zeroed.
+  refits ``A_{s,y}`` with those features zeroed. CircuitLasso-no-removal, the ablation, is the
+  same classifier with nothing zeroed: what the removal step changes.
 
 The section's tables come from the :class:`Comparison`: the candidates as shown
-(:func:`candidate_table`), Table 1 (:func:`removal_table`), the worst-group gap each method closes
-(:func:`gap_closed`), the rule against the toy world's truth (:func:`rule_vs_toy_truth`) and the
-summary (:func:`summary`).
+(:func:`candidate_table`), Table 1 (:func:`removal_table`), CircuitLasso with and without its
+removal step (:func:`ablation_table`), the worst-group gap each method closes (:func:`gap_closed`),
+the rule against the toy world's truth (:func:`rule_vs_toy_truth`) and the summary
+(:func:`summary`).
 """
 
 from __future__ import annotations
@@ -145,8 +147,8 @@ def _marks(candidates: pd.DataFrame, nodes: Sequence[Node]) -> list[bool]:
 
 
 METHODS = (
-    "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain", "CircuitLasso",
-    "CircuitLasso-retrain",
+    "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain",
+    "CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain",
 )  # fmt: skip
 
 
@@ -262,8 +264,8 @@ def _shift_methods(
 def _lasso_methods(
     task: _Task, manual: Sequence[Sequence[int]] | None, *, lam_ratio: float, n_candidates: int
 ) -> tuple[list[Method], pd.DataFrame, list[Node]]:
-    """LINEAR PROBING, CircuitLasso and CircuitLasso-retrain; the candidates and removed
-    features of CircuitLasso."""
+    """LINEAR PROBING, CircuitLasso-no-removal, CircuitLasso and CircuitLasso-retrain; the
+    candidates and removed features of CircuitLasso."""
     layer, y = task.layer, task.y["ambiguous_train"]
 
     def collect(split: str) -> sp.csr_matrix:
@@ -299,6 +301,7 @@ def _lasso_methods(
             None,
             t_collect + t_l1 + t_sparse,
         ),
+        Method("CircuitLasso-no-removal", _classes(fit, Z_test), 0, t_collect + t_l1),
         Method("CircuitLasso", _classes(fit, Z_test_zeroed), len(features), seconds),
         Method(
             "CircuitLasso-retrain",
@@ -396,6 +399,7 @@ def compare_methods(
 
 SCORES = ["profession", "gender", "worst_group"]  # Table 2's columns
 REMOVALS = ["SHIFT", "SHIFT-retrain", "CircuitLasso", "CircuitLasso-retrain"]  # Table 1's rows
+ABLATION = ["CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain"]
 
 
 def candidate_table(candidates: pd.DataFrame, n_tokens: int = 4) -> pd.DataFrame:
@@ -417,6 +421,13 @@ def removal_table(table: pd.DataFrame) -> pd.DataFrame:
     """Table 1 from a :class:`Comparison` ``table``: the feature-removal methods' ``features``
     (int) and ``seconds`` (to 0.1 s)."""
     return table.loc[REMOVALS, ["features", "seconds"]].astype({"features": int}).round(1)
+
+
+def ablation_table(table: pd.DataFrame) -> pd.DataFrame:
+    """CircuitLasso without and with its removal step, from a :class:`Comparison` ``table``:
+    ``worst_group``, ``gender`` and ``profession`` (to 0.1) and the ``features`` removed (int)."""
+    columns = ["worst_group", "gender", "profession", "features"]
+    return table.loc[ABLATION, columns].astype({"features": int}).round(1)
 
 
 def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
