@@ -3,6 +3,22 @@
 Both are generated on the fly from a seed (fast, deterministic) and mirror their hub
 counterparts: toy-CoLA has CoLA's split sizes and about 70% acceptable sentences; toy Bias in
 Bios has the ambiguous and balanced professor/nurse splits of Marks et al.
+
+Toy Bias in Bios is built to test debiasing by feature removal. In the ambiguous training set
+(every professor a man, every nurse a woman) gender is the easier signal, as in the hub data
+set, but profession is learnable too (:data:`AMBIGUOUS_CUES`):
+
+- gender is told strongly and often: in four biographies of five every sentence names the
+  person or uses a pronoun, and three of the six sentences are about the person's life;
+- profession is told in every biography, but by fewer words: two profession sentences, and a
+  profession opening ("teaches physics at the university of ...") in only half of them;
+- the fifth biography that does not tell the gender ("the author ... their ...") can only be
+  classified by its profession, so a classifier that fits the training set needs profession
+  evidence besides the gender evidence it leans on most.
+
+A classifier trained on it relies on gender for most of its margin and fails on the balanced
+test set's female professors and male nurses; removing the gender features leaves the profession
+evidence it also learned. The other splits are standard biographies, which always tell both.
 """
 
 from __future__ import annotations
@@ -48,10 +64,15 @@ BIB_GROUP_SIZES = {
     "ambiguous_test": {("professor", "male"): 250, ("nurse", "female"): 250},
     "balanced_test": {(p, g): 250 for p in PROFESSIONS for g in GENDERS},
 }
-# The ambiguous training biographies: gender is the easier signal there. Every sentence tells
-# the gender (names, pronouns) and most are about the person's life, while a profession opening
-# ("teaches ... at the university") comes in only half of them.
-AMBIGUOUS_CUES = BiographyCues(profession_openings=0.5, profession_sentences=2, gender_sentences=3)
+# The ambiguous training biographies: gender is the easier signal there, profession is learnable
+# (module docstring). In four of five every sentence tells the gender (names, pronouns) and half
+# are about the person's life; every biography tells the profession, in two or three sentences.
+AMBIGUOUS_CUES = BiographyCues(
+    profession_openings=0.5, profession_sentences=2, gender_sentences=3, gender_told=0.8
+)
+# Words (each one token of the word-level tokenizer) a biography may have: with <bos>, the toy
+# language model's context of 64 tokens. Only biographies that do not tell the gender come near.
+BIO_MAX_WORDS = 63
 PARAGRAPH_SENTENCES = 6
 PARAGRAPH_WORDS = 48
 _STREAMS = {"cola": 0, "bios": 1, "lm": 2, "pairs": 3, "ambiguous_cues": 4}
@@ -114,13 +135,13 @@ def _biographies(
     seen: set[str],
     cues: BiographyCues = STANDARD_CUES,
 ) -> pd.DataFrame:
-    """``groups[(profession, gender)]`` new biographies each, none in ``seen`` (updated),
-    shuffled."""
+    """``groups[(profession, gender)]`` new biographies each, none in ``seen`` (updated), none
+    longer than :data:`BIO_MAX_WORDS`, shuffled."""
     rows = []
     for (profession, gender), count in groups.items():
         while count:
             text = biography(rng, profession, gender, cues)
-            if text not in seen:
+            if text not in seen and len(text.split()) <= BIO_MAX_WORDS:
                 seen.add(text)
                 rows.append((text, profession, gender))
                 count -= 1
@@ -160,7 +181,8 @@ def load_toy_bias_in_bios(
     "ambiguous_test" (250 per group) and "balanced_test" (250 per profession x gender).
 
     The ambiguous training biographies follow ``ambiguous_cues`` (default :data:`AMBIGUOUS_CUES`:
-    gender told more often and more strongly than profession), the others are standard
+    gender told more strongly than profession, but in four biographies of five only; profession in
+    every one), the others are standard
     biographies. Columns: ``text``, ``profession`` ("professor" | "nurse"), ``gender`` ("male" |
     "female"); rows shuffled with ``seed``; no biography in two splits.
     """

@@ -648,6 +648,8 @@ _PRONOUNS = {
     "male": {"he": "he", "his": "his", "him": "him"},
     "female": {"he": "she", "his": "her", "him": "her"},
 }
+# A biography that does not tell the gender: "the author teaches ... their research ...".
+_UNTOLD = {"name": "the author", "he": "the author", "his": "their", "him": "them"}
 
 
 @dataclass(frozen=True)
@@ -656,17 +658,22 @@ class BiographyCues:
     ``profession_openings`` of biographies open with the profession ("... teaches physics at the
     university ...", the rest with where the person lives), then come ``profession_sentences``
     profession sentences and ``gender_sentences`` sentences about the person's life, which tell
-    the gender (pronouns) but not the profession. The default is the standard biography."""
+    the gender (pronouns) but not the profession. A share ``gender_told`` of biographies tell the
+    gender (a name and pronouns), the rest speak of "the author" and "their". The default is the
+    standard biography."""
 
     profession_openings: float = 1.0
     profession_sentences: int = 2
     gender_sentences: int = 1
+    gender_told: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.profession_openings <= 1.0:
             raise ValueError(
                 f"profession_openings must lie in [0, 1], got {self.profession_openings}"
             )
+        if not 0.0 <= self.gender_told <= 1.0:
+            raise ValueError(f"gender_told must lie in [0, 1], got {self.gender_told}")
         most = min(len(pool) for pool in _BIO_SENTENCES.values())
         if not 0 <= self.profession_sentences <= most:
             raise ValueError(
@@ -710,6 +717,8 @@ def biography(rng: Rng, profession: str, gender: str, cues: BiographyCues = STAN
     opening = pick(rng, _BIO_OPENINGS[profession])
     if cues.profession_openings < 1.0 and rng.random() >= cues.profession_openings:
         opening = _BIO_PLAIN_OPENING
+    if cues.gender_told < 1.0 and rng.random() >= cues.gender_told:
+        slots.update(_UNTOLD)
     templates = [opening] + [body[i] for i in rng.permutation(len(body))]
     return " ".join(render(t.format(**slots).split()) for t in templates)
 
