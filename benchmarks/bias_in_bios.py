@@ -5,9 +5,10 @@ and SAEs (probes on ``blocks.3.hook_resid_post``, SHIFT over the SAEs of layers 
 layer 3) and toy Bias in Bios, with the automatic gender-feature rule. Prints Table 2 (profession,
 gender and worst-group accuracy on the balanced test set, percent), Table 1 (SAE features removed
 and seconds to build the classifier), the ablation (CircuitLasso's classifier without and with
-the removal of gender features) and, as its last line, one JSON object: per method
-``profession``, ``gender``, ``worst_group``, ``features`` (null where none are removed) and
-``seconds``.
+the removal of gender features), the automatic gender-feature rule against the toy world's ground
+truth (precision and recall of its calls among SHIFT's and CircuitLasso's candidates) and, as its
+last line, one JSON object: per method ``profession``, ``gender``, ``worst_group``, ``features``
+(null where none are removed) and ``seconds``.
 
     python benchmarks/bias_in_bios.py               # about a minute and a half on one core
     python benchmarks/bias_in_bios.py --layer 2 --threads 2
@@ -29,6 +30,7 @@ from circuitlasso.evaluation.debias import (
     compare_methods,
     load_splits,
     removal_table,
+    rule_vs_toy_truth,
 )
 
 
@@ -58,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         print(removal_table(table).to_string())
         print("\nAblation: CircuitLasso without and with the removal step")
         print(ablation_table(table).to_string())
+        print("\nThe automatic gender-feature rule against the toy world's ground truth")
+        truth = rule_vs_toy_truth(model, saes, result, splits)
+        print(truth.round(3).to_string(index=False))
     summary = {
         method: {
             "profession": round(float(row["profession"]), 2),
