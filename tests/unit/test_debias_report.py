@@ -17,6 +17,7 @@ from circuitlasso.evaluation.debias import (
     Comparison,
     ablation_table,
     bottleneck,
+    by_model,
     candidate_table,
     concept_table,
     gap_closed,
@@ -24,6 +25,7 @@ from circuitlasso.evaluation.debias import (
     group_sizes,
     removal_table,
     rule_vs_truth,
+    scores_table,
     summary,
     toy_name_coverage,
     write_results,
@@ -119,6 +121,23 @@ def test_ablation_table_is_circuitlasso_without_and_with_its_removal_step() -> N
     assert table["gender"].tolist() == [90.0, 50.0, 50.0]  # 89.96 and 49.96 to 0.1
     assert table["profession"].tolist() == [60.0, 100.0, 99.9]
     assert table["features"].tolist() == [0, 2, 2] and table["features"].dtype == np.dtype(int)
+
+
+def test_scores_table_and_any_table_side_by_side_by_model() -> None:
+    scores = scores_table(results())
+    assert list(scores.columns) == ["profession", "gender", "worst_group"]
+    assert list(scores.index) == METHODS
+    assert scores.loc["CircuitLasso-retrain"].tolist() == [99.9, 50.0, 70.0]  # to 0.1
+    other = results().assign(worst_group=0.0)
+    comparisons = {"pythia": Comparison(results(), {}, {}), "gemma": Comparison(other, {}, {})}
+    table = by_model(comparisons, scores_table)
+    assert table.columns.names == ["model", None]
+    columns = ("profession", "gender", "worst_group")
+    assert list(table.columns) == [(m, c) for m in ("pythia", "gemma") for c in columns]
+    assert table[("pythia", "gender")].tolist() == scores["gender"].tolist()
+    assert table[("gemma", "worst_group")].tolist() == [0.0] * len(METHODS)
+    removal = by_model(comparisons, removal_table)
+    assert removal[("gemma", "features")].tolist() == [49, 49, 2, 2]
 
 
 def test_write_results_rounds_to_three_decimals(tmp_path: Path) -> None:

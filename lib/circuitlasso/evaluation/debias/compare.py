@@ -22,11 +22,13 @@ fresh temporary cache, so no method is timed on cached work.
   refits ``A_{s,y}`` with those features zeroed. CircuitLasso-no-removal, the ablation, is the
   same classifier with nothing zeroed: what the removal step changes.
 
-The section's tables come from the :class:`Comparison`: the candidates as shown
-(:func:`candidate_table`), Table 1 (:func:`removal_table`), CircuitLasso with and without its
-removal step (:func:`ablation_table`), the worst-group gap each method closes (:func:`gap_closed`),
-the rule against the toy world's truth (:func:`rule_vs_toy_truth`) and the summary
-(:func:`summary`).
+:func:`load_run` loads a model and the SAEs a comparison needs, :func:`compare_models` runs the
+comparison on each model of the section. The section's tables come from the :class:`Comparison`:
+the candidates as shown (:func:`candidate_table`), Table 2 (:func:`scores_table`), Table 1
+(:func:`removal_table`), CircuitLasso with and without its removal step (:func:`ablation_table`),
+the worst-group gap each method closes (:func:`gap_closed`), each table for several models side
+by side (:func:`by_model`), the rule against the toy world's truth (:func:`rule_vs_toy_truth`)
+and the summary (:func:`summary`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from circuitlasso.cache import atomic_path
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.interpret import top_tokens
 from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.debias.data import accuracies, bottleneck, targets
 from circuitlasso.evaluation.debias.gender import Node, rule_vs_truth, swap_effects
@@ -313,6 +316,28 @@ def _lasso_methods(
     return methods, candidates, removed
 
 
+def load_run(
+    model_name: str, layer: int, *, device: str = "cpu"
+) -> tuple[HookedTransformer, dict[int, SAE]]:
+    """The model ``model_name`` and its residual-stream SAEs of layers ``0..layer``, keyed by
+    layer: what :func:`compare_methods` needs to probe ``blocks.<layer>.hook_resid_post`` (SHIFT
+    reads every SAE up to it). Hub models and SAE releases as
+    :func:`~circuitlasso.data.models.load_model` and :func:`~circuitlasso.data.models.load_saes`
+    name them (Pythia-70M-deduped: Marks et al.'s; Gemma-2: Gemma Scope's canonical 16k); each
+    SAE is checked to fit the model."""
+    if layer < 0:
+        raise ValueError(f"layer must be >= 0, got {layer}")
+    model = load_model(model_name, device=device)
+    if not isinstance(model, HookedTransformer):
+        raise ValueError(f"{model_name} is not a HookedTransformer, which compare_methods needs")
+    if layer >= model.cfg.n_layers:
+        raise ValueError(
+            f"{model_name} has layers 0..{model.cfg.n_layers - 1}; cannot probe layer {layer}"
+        )
+    saes = load_saes(model_name, range(layer + 1), "resid_post", device=device, model=model)
+    return model, saes
+
+
 def compare_methods(
     model: HookedTransformer,
     saes: Mapping[int, SAE],
@@ -395,6 +420,50 @@ def compare_methods(
     )
 
 
+def compare_models(
+    runs: Mapping[str, int],
+    splits: Mapping[str, pd.DataFrame],
+    professions: Sequence[str],
+    concepts: Mapping[str, Sequence[str]],
+    *,
+    device: str = "cpu",
+    shift_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    circuitlasso_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    **options: Any,
+) -> tuple[dict[str, Comparison], dict[str, pd.DataFrame]]:
+    """:func:`compare_methods` on each model of ``runs`` (model name -> the layer its probes
+    read), the model and its SAEs loaded by :func:`load_run` one at a time; the comparisons, and
+    for the toy world the rule against its ground truth (:func:`rule_vs_toy_truth`), by model.
+
+    ``shift_gender`` / ``circuitlasso_gender``: manual gender features of each model, model name
+    -> ``[layer, feature]`` pairs (a model not named: the automatic rule); ``options``: the other
+    keyword arguments of :func:`compare_methods`.
+    """
+    if not runs:
+        raise ValueError("runs names no model; give at least one model name -> layer")
+    comparisons, truths = {}, {}
+    for name, layer in runs.items():
+        model, saes = load_run(name, int(layer), device=device)
+        comparisons[name] = compare_methods(
+            model,
+            saes,
+            int(layer),
+            splits,
+            professions,
+            concepts,
+            shift_gender=(shift_gender or {}).get(name),
+            circuitlasso_gender=(circuitlasso_gender or {}).get(name),
+            **options,
+        )
+        if name == "toy":
+            batch_size = options.get("batch_size", 64)
+            truths[name] = rule_vs_toy_truth(
+                model, saes, comparisons[name], splits, batch_size=batch_size
+            )
+        del model, saes  # before the next model loads
+    return comparisons, truths
+
+
 # ---------------------------------------------------------------- the tables of the section
 
 SCORES = ["profession", "gender", "worst_group"]  # Table 2's columns
@@ -414,6 +483,25 @@ def candidate_table(candidates: pd.DataFrame, n_tokens: int = 4) -> pd.DataFrame
         .drop(columns=["layer", "feature"])
         .rename(columns={"tokens": "top tokens", "gendered": "rule"})
         .round(3)
+    )
+
+
+def scores_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 2 from a :class:`Comparison` ``table``: ``profession``, ``gender`` and
+    ``worst_group`` of every method, to 0.1."""
+    return table[SCORES].round(1)
+
+
+def by_model(
+    comparisons: Mapping[str, Comparison], table: Callable[[pd.DataFrame], pd.DataFrame]
+) -> pd.DataFrame:
+    """One of the section's tables (``table``, e.g. :func:`scores_table` or
+    :func:`removal_table`, of a :class:`Comparison` table) for every model of ``comparisons``
+    side by side, as the paper sets its models: columns ``(model, column)``."""
+    return pd.concat(
+        {name: table(found.table) for name, found in comparisons.items()},
+        axis=1,
+        names=["model", None],
     )
 
 
