@@ -534,8 +534,8 @@ def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_results(table: pd.DataFrame, path: str | Path) -> None:
-    """Write a :class:`Comparison` ``table`` to the CSV ``path``, to 3 decimals; the file
-    appears complete or not at all."""
+    """Write a :class:`Comparison` ``table`` (or several, stacked under an index level
+    ``model``) to the CSV ``path``, to 3 decimals; the file appears complete or not at all."""
     with atomic_path(path) as tmp:
         table.round(3).to_csv(tmp)
 
