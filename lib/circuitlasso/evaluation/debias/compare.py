@@ -7,7 +7,8 @@ edited activations for a retrain), without the choice of gender features and wit
 set; SHIFT's includes training the ORIGINAL probe it edits. SAE features are collected into a
 fresh temporary cache, so no method is timed on cached work.
 
-- ORIGINAL / ORACLE: :func:`~circuitlasso.evaluation.debias.probes.fit_probe` on pooled activations.
+- ORIGINAL / ORACLE: :func:`~circuitlasso.evaluation.debias.probes.fit_probe` on pooled
+  activations, fit to convergence (:data:`PROBE_TOL`, as every probe here).
 - CBP: the same probe on concept-similarity scores, gender concepts left out.
 - LINEAR PROBING: the support of the l1 fit on the layer's pooled SAE features (the fit
   CircuitLasso starts from), every other feature zeroed, an l2 probe refit on that support.
@@ -63,6 +64,10 @@ from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.faithfulness import fresh_features
 
 T = TypeVar("T")
+# Every probe is fit to convergence: at scikit-learn's default tolerance the ORIGINAL probe's
+# refit on edited activations (SHIFT-retrain) stopped short, and another machine's rounding moved
+# its worst group by 8 points.
+PROBE_TOL = 1e-8
 
 
 def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
@@ -202,7 +207,7 @@ def _probe_methods(
     """ORIGINAL, CBP (over ``concepts``) and ORACLE; the ORIGINAL probe and its seconds."""
     y = task.y["ambiguous_train"]
     X, t_pool = timed(task.pool, "ambiguous_train")
-    original, t_fit = timed(fit_probe, X, y, C=task.C)
+    original, t_fit = timed(fit_probe, X, y, C=task.C, tol=PROBE_TOL)
     cbp, t_cbp = timed(
         fit_concept_bottleneck,
         task.model,
@@ -211,10 +216,13 @@ def _probe_methods(
         y,
         concepts,
         C=task.C,
+        tol=PROBE_TOL,
         batch_size=task.batch_size,
     )
     X_balanced, t_balanced = timed(task.pool, "balanced_train")
-    oracle, t_oracle = timed(fit_probe, X_balanced, task.y["balanced_train"], C=task.C)
+    oracle, t_oracle = timed(
+        fit_probe, X_balanced, task.y["balanced_train"], C=task.C, tol=PROBE_TOL
+    )
     methods = [
         Method("ORIGINAL", original.predict(X_test), None, t_pool + t_fit),
         Method("CBP", cbp.predict(X_test), None, t_pool + t_cbp),
@@ -254,7 +262,7 @@ def _shift_methods(
     candidates["removed"] = _marks(candidates, removed)
     X_test = task.pool("balanced_test", removed)
     X_edited, t_edit = timed(task.pool, "ambiguous_train", removed)
-    retrained, t_refit = timed(fit_probe, X_edited, y, C=task.C)
+    retrained, t_refit = timed(fit_probe, X_edited, y, C=task.C, tol=PROBE_TOL)
     seconds = t_original + t_ig + t_rank
     seconds_retrain = seconds + t_edit + t_refit
     methods = [
@@ -281,7 +289,7 @@ def _lasso_methods(
     Z_test = collect("balanced_test")
     fit, t_l1 = timed(fit_label, Z, y, lam_ratio, layer=layer)
     support = np.flatnonzero(fit.coef)
-    sparse_probe, t_sparse = timed(fit_probe, Z[:, support], y, C=task.C)
+    sparse_probe, t_sparse = timed(fit_probe, Z[:, support], y, C=task.C, tol=PROBE_TOL)
     coef = {layer: fit.coef}
     ranking, t_rank = timed(lambda: rank_features(coef)[:n_candidates])
     candidates = task.candidates(ranking, coef)
