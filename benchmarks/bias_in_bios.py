@@ -4,9 +4,11 @@ Runs :func:`circuitlasso.evaluation.debias.compare_methods` on the toy world's l
 and SAEs (probes on ``blocks.3.hook_resid_post``, SHIFT over the SAEs of layers 0-3, CircuitLasso on
 layer 3) and toy Bias in Bios, with the automatic gender-feature rule. Prints Table 2 (profession,
 gender and worst-group accuracy on the balanced test set, percent), Table 1 (SAE features removed
-and seconds to build the classifier) and, as its last line, one JSON object: per method
-``profession``, ``gender``, ``worst_group``, ``features`` (null where none are removed) and
-``seconds``.
+and seconds to build the classifier), the ablation (CircuitLasso's classifier without and with
+the removal of gender features), the automatic gender-feature rule against the toy world's ground
+truth (precision and recall of its calls among SHIFT's and CircuitLasso's candidates) and, as its
+last line, one JSON object: per method ``profession``, ``gender``, ``worst_group``, ``features``
+(null where none are removed) and ``seconds``.
 
     python benchmarks/bias_in_bios.py               # about a minute and a half on one core
     python benchmarks/bias_in_bios.py --layer 2 --threads 2
@@ -22,9 +24,14 @@ import pandas as pd
 import torch
 
 from circuitlasso.data.models import load_model, load_saes
-from circuitlasso.evaluation.debias import TOY_CONCEPTS, compare_methods, load_splits
-
-TABLE_1 = ["SHIFT", "SHIFT-retrain", "CircuitLasso", "CircuitLasso-retrain"]
+from circuitlasso.evaluation.debias import (
+    TOY_CONCEPTS,
+    ablation_table,
+    compare_methods,
+    load_splits,
+    removal_table,
+    rule_vs_toy_truth,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,12 +57,12 @@ def main(argv: list[str] | None = None) -> None:
         print("Table 2: accuracy on the balanced test set (%)")
         print(table[["profession", "gender", "worst_group"]].round(1).to_string())
         print("\nTable 1: SAE features removed and seconds to build the classifier")
-        print(
-            table.loc[TABLE_1, ["features", "seconds"]]
-            .astype({"features": int})
-            .round(1)
-            .to_string()
-        )
+        print(removal_table(table).to_string())
+        print("\nAblation: CircuitLasso without and with the removal step")
+        print(ablation_table(table).to_string())
+        print("\nThe automatic gender-feature rule against the toy world's ground truth")
+        truth = rule_vs_toy_truth(model, saes, result, splits)
+        print(truth.round(3).to_string(index=False))
     summary = {
         method: {
             "profession": round(float(row["profession"]), 2),

@@ -1,6 +1,7 @@
 """The paper profile of the SAE-feature sections, run offline with GPT-2's tokenizer mirrored
-locally: each must go as far as the model download and stop there with the loader's message
-saying what to download and where."""
+locally (and Bias in Bios from a local copy in the hub's format): each must go as far as the
+download of its first model and stop there with the loader's message saying what to download
+and where."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from circuitlasso.data.bias_in_bios import write_bias_in_bios_fixture
 from circuitlasso.presentation import reproduce as rp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +46,13 @@ def test_paper_profile_stops_at_the_download_boundary(
     monkeypatch.setenv("CIRCUITLASSO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CIRCUITLASSO_MIRROR", str(TOKENIZER_DIR))  # the tokenizer is mirrored
     project = rp.Project(tmp_path)
-    parameters = rp.resolve_parameters(project, "paper", section, {})
-    assert parameters["model_name"] == model and parameters["dataset"] == dataset
+    overrides = {}
+    if section == "bias_in_bios":  # the data set from a local copy in the hub's format
+        groups = {(p, g): 3 for p in ("professor", "nurse") for g in ("male", "female")}
+        overrides["source"] = str(write_bias_in_bios_fixture(tmp_path / "bib", groups))
+    parameters = rp.resolve_parameters(project, "paper", section, overrides)
+    first = next(iter(parameters["runs"])) if "runs" in parameters else parameters["model_name"]
+    assert first == model and parameters["dataset"] == dataset
     with pytest.raises(rp.ReproduceError) as failure:
         rp.run_section(project, section, parameters, progress=False)
     message = str(failure.value)

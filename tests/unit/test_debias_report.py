@@ -15,7 +15,9 @@ import scipy.sparse as sp
 from circuitlasso.data.toyworld import grammar
 from circuitlasso.evaluation.debias import (
     Comparison,
+    ablation_table,
     bottleneck,
+    by_model,
     candidate_table,
     concept_table,
     gap_closed,
@@ -23,6 +25,7 @@ from circuitlasso.evaluation.debias import (
     group_sizes,
     removal_table,
     rule_vs_truth,
+    scores_table,
     summary,
     toy_name_coverage,
     write_results,
@@ -30,18 +33,18 @@ from circuitlasso.evaluation.debias import (
 from circuitlasso.presentation import plots
 
 METHODS = ["ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain",
-           "CircuitLasso", "CircuitLasso-retrain"]  # fmt: skip
+           "CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain"]  # fmt: skip
 
 
 def results() -> pd.DataFrame:
     """A results table as :class:`Comparison` holds it, with round numbers."""
     return pd.DataFrame(
         {
-            "profession": [52.8, 91.4, 100.0, 50.0, 97.7, 100.0, 100.0, 99.94],
-            "gender": [97.2, 47.2, 50.0, 100.0, 52.3, 50.0, 50.0, 49.96],
-            "worst_group": [10.0, 86.0, 90.0, 0.0, 50.0, 90.0, 100.0, 70.0],
-            "features": [None, None, None, None, 49.0, 49.0, 2.0, 2.0],
-            "seconds": [57.71, 59.5, 54.0, 5.1, 202.46, 213.7, 5.12, 6.54],
+            "profession": [52.8, 91.4, 100.0, 50.0, 97.7, 100.0, 60.04, 100.0, 99.94],
+            "gender": [97.2, 47.2, 50.0, 100.0, 52.3, 50.0, 89.96, 50.0, 49.96],
+            "worst_group": [10.0, 86.0, 90.0, 0.0, 50.0, 90.0, 30.0, 100.0, 70.0],
+            "features": [None, None, None, None, 49.0, 49.0, 0.0, 2.0, 2.0],
+            "seconds": [57.71, 59.5, 54.0, 5.1, 202.46, 213.7, 5.12, 5.12, 6.54],
         },
         index=pd.Index(METHODS, name="method"),
     )
@@ -102,11 +105,39 @@ def test_removal_table_and_gap_closed_by_hand() -> None:
     assert table["features"].dtype == np.dtype(int)
     assert table["seconds"].tolist() == [202.5, 213.7, 5.1, 6.5]
     gap = gap_closed(results())
-    assert list(gap.index) == ["CBP", "LINEAR PROBING", "SHIFT", "SHIFT-retrain", "CircuitLasso",
+    assert list(gap.index) == ["CBP", "LINEAR PROBING", "SHIFT", "SHIFT-retrain",
+                               "CircuitLasso-no-removal", "CircuitLasso",
                                "CircuitLasso-retrain"]  # fmt: skip
     # ORIGINAL's worst group 10, ORACLE's 90: a gap of 80
-    assert gap["worst-group gap closed"].tolist() == [0.95, -0.125, 0.5, 1.0, 1.125, 0.75]
-    assert gap["|gender - 50|"].tolist() == [2.8, 50.0, 2.3, 0.0, 0.0, 0.0]
+    assert gap["worst-group gap closed"].tolist() == [0.95, -0.125, 0.5, 1.0, 0.25, 1.125, 0.75]
+    assert gap["|gender - 50|"].tolist() == [2.8, 50.0, 2.3, 0.0, 40.0, 0.0, 0.0]
+
+
+def test_ablation_table_is_circuitlasso_without_and_with_its_removal_step() -> None:
+    table = ablation_table(results())
+    assert list(table.index) == ["CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain"]
+    assert list(table.columns) == ["worst_group", "gender", "profession", "features"]
+    assert table["worst_group"].tolist() == [30.0, 100.0, 70.0]
+    assert table["gender"].tolist() == [90.0, 50.0, 50.0]  # 89.96 and 49.96 to 0.1
+    assert table["profession"].tolist() == [60.0, 100.0, 99.9]
+    assert table["features"].tolist() == [0, 2, 2] and table["features"].dtype == np.dtype(int)
+
+
+def test_scores_table_and_any_table_side_by_side_by_model() -> None:
+    scores = scores_table(results())
+    assert list(scores.columns) == ["profession", "gender", "worst_group"]
+    assert list(scores.index) == METHODS
+    assert scores.loc["CircuitLasso-retrain"].tolist() == [99.9, 50.0, 70.0]  # to 0.1
+    other = results().assign(worst_group=0.0)
+    comparisons = {"pythia": Comparison(results(), {}, {}), "gemma": Comparison(other, {}, {})}
+    table = by_model(comparisons, scores_table)
+    assert table.columns.names == ["model", None]
+    columns = ("profession", "gender", "worst_group")
+    assert list(table.columns) == [(m, c) for m in ("pythia", "gemma") for c in columns]
+    assert table[("pythia", "gender")].tolist() == scores["gender"].tolist()
+    assert table[("gemma", "worst_group")].tolist() == [0.0] * len(METHODS)
+    removal = by_model(comparisons, removal_table)
+    assert removal[("gemma", "features")].tolist() == [49, 49, 2, 2]
 
 
 def test_write_results_rounds_to_three_decimals(tmp_path: Path) -> None:
@@ -184,7 +215,7 @@ def test_debias_figure_draws_every_score_the_ideal_line_and_the_seconds() -> Non
     assert [p.get_width() for p in bars] == table[
         ["profession", "gender", "worst_group"]
     ].to_numpy().ravel().tolist()
-    assert [round(p.get_y() + p.get_height() / 2) for p in bars[::3]] == list(range(8))
+    assert [round(p.get_y() + p.get_height() / 2) for p in bars[::3]] == list(range(len(METHODS)))
     assert [t.get_text() for t in left.get_legend().get_texts()] == [
         "profession",
         "gender",

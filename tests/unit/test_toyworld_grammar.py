@@ -257,15 +257,26 @@ def test_bias_in_bios_splits(bios: dict[str, pd.DataFrame]) -> None:
 def test_biographies_carry_gender_and_profession_where_planted(
     bios: dict[str, pd.DataFrame],
 ) -> None:
+    """Every biography tells its profession. The standard ones tell the gender too; among the
+    ambiguous training ones about a fifth (AMBIGUOUS_CUES) speak of "the author" instead, and
+    none tells the other gender."""
     male = CATEGORIES["male_names"] | {"he", "his", "him"}
     female = CATEGORIES["female_names"] | {"she", "her"}
-    for row in pd.concat(bios.values()).itertuples():
-        words = set(words_of(row.text))
-        own, other = (male, female) if row.gender == "male" else (female, male)
-        assert words & own and not words & other, row.text
-        mine = CATEGORIES[f"{row.profession}_words"]
-        theirs = CATEGORIES["nurse_words" if row.profession == "professor" else "professor_words"]
-        assert words & mine and not words & theirs, row.text
+    untold = Counter()
+    for split, frame in bios.items():
+        for row in frame.itertuples():
+            words = set(words_of(row.text))
+            own, other = (male, female) if row.gender == "male" else (female, male)
+            assert not words & other, row.text
+            if not words & own:
+                assert split == "ambiguous_train" and "author" in words, row.text
+                untold[row.profession] += 1
+            mine = CATEGORIES[f"{row.profession}_words"]
+            other_job = "nurse_words" if row.profession == "professor" else "professor_words"
+            assert words & mine and not words & CATEGORIES[other_job], row.text
+            assert len(words_of(row.text)) < 64  # with <bos>, the toy model's context
+    # 1,000 biographies per profession, each untold with probability 0.2 (sd 13)
+    assert all(150 < untold[p] < 250 for p in ("professor", "nurse")), untold
 
 
 # Determinism, errors, tokenizer ---------------------------------------------------------------
@@ -321,6 +332,8 @@ def test_loaders_return_copies_and_reject_bad_names() -> None:
         grammar.unacceptable_sentence(np.random.default_rng(0), "tense")
     with pytest.raises(ValueError, match="profession 'pilot'"):
         grammar.biography(np.random.default_rng(0), "pilot", "male")
+    with pytest.raises(ValueError, match="gender_told must lie in \\[0, 1\\], got 1.5"):
+        grammar.BiographyCues(gender_told=1.5)
 
 
 def test_categories_are_in_the_vocabulary_and_in_the_data(

@@ -3,6 +3,22 @@
 Both are generated on the fly from a seed (fast, deterministic) and mirror their hub
 counterparts: toy-CoLA has CoLA's split sizes and about 70% acceptable sentences; toy Bias in
 Bios has the ambiguous and balanced professor/nurse splits of Marks et al.
+
+Toy Bias in Bios is built to test debiasing by feature removal. In the ambiguous training set
+(every professor a man, every nurse a woman) gender is the easier signal, as in the hub data
+set, but profession is learnable too (:data:`AMBIGUOUS_CUES`):
+
+- gender is told strongly and often: in four biographies of five every sentence names the
+  person or uses a pronoun, and three of the six sentences are about the person's life;
+- profession is told in every biography, but by fewer words: two profession sentences, and a
+  profession opening ("teaches physics at the university of ...") in only half of them;
+- the fifth biography that does not tell the gender ("the author ... their ...") can only be
+  classified by its profession, so a classifier that fits the training set needs profession
+  evidence besides the gender evidence it leans on most.
+
+A classifier trained on it relies on gender for most of its margin and fails on the balanced
+test set's female professors and male nurses; removing the gender features leaves the profession
+evidence it also learned. The other splits are standard biographies, which always tell both.
 """
 
 from __future__ import annotations
@@ -17,8 +33,10 @@ from circuitlasso.data.concepts import dominant_concept
 from circuitlasso.data.toyworld.grammar import (
     GENDERS,
     PROFESSIONS,
+    STANDARD_CUES,
     VIOLATION_CATEGORIES,
     VIOLATIONS,
+    BiographyCues,
     acceptable_sentence,
     biography,
     minimal_pair,
@@ -46,9 +64,18 @@ BIB_GROUP_SIZES = {
     "ambiguous_test": {("professor", "male"): 250, ("nurse", "female"): 250},
     "balanced_test": {(p, g): 250 for p in PROFESSIONS for g in GENDERS},
 }
+# The ambiguous training biographies: gender is the easier signal there, profession is learnable
+# (module docstring). In four of five every sentence tells the gender (names, pronouns) and half
+# are about the person's life; every biography tells the profession, in two or three sentences.
+AMBIGUOUS_CUES = BiographyCues(
+    profession_openings=0.5, profession_sentences=2, gender_sentences=3, gender_told=0.8
+)
+# Words (each one token of the word-level tokenizer) a biography may have: with <bos>, the toy
+# language model's context of 64 tokens. Only biographies that do not tell the gender come near.
+BIO_MAX_WORDS = 63
 PARAGRAPH_SENTENCES = 6
 PARAGRAPH_WORDS = 48
-_STREAMS = {"cola": 0, "bios": 1, "lm": 2, "pairs": 3}
+_STREAMS = {"cola": 0, "bios": 1, "lm": 2, "pairs": 3, "ambiguous_cues": 4}
 
 
 def _rng(seed: int, stream: str) -> np.random.Generator:
@@ -102,34 +129,64 @@ def load_toy_cola(split: str, seed: int = 0) -> pd.DataFrame:
     return _toy_cola(seed)[split].copy()
 
 
+def _biographies(
+    rng: np.random.Generator,
+    groups: dict[tuple[str, str], int],
+    seen: set[str],
+    cues: BiographyCues = STANDARD_CUES,
+) -> pd.DataFrame:
+    """``groups[(profession, gender)]`` new biographies each, none in ``seen`` (updated), none
+    longer than :data:`BIO_MAX_WORDS`, shuffled."""
+    rows = []
+    for (profession, gender), count in groups.items():
+        while count:
+            text = biography(rng, profession, gender, cues)
+            if text not in seen and len(text.split()) <= BIO_MAX_WORDS:
+                seen.add(text)
+                rows.append((text, profession, gender))
+                count -= 1
+    rows = [rows[i] for i in rng.permutation(len(rows))]
+    return pd.DataFrame(rows, columns=["text", "profession", "gender"])
+
+
 @lru_cache(maxsize=4)
-def _toy_bias_in_bios(seed: int) -> dict[str, pd.DataFrame]:
+def _standard_bios(seed: int) -> dict[str, pd.DataFrame]:
+    """The four splits of standard biographies, drawn in order from one stream: the test splits
+    the committed toy world's language model was kept from (:func:`lm_training_texts`)."""
     rng = _rng(seed, "bios")
     seen: set[str] = set()
-    frames = {}
-    for split, groups in BIB_GROUP_SIZES.items():
-        rows = []
-        for (profession, gender), count in groups.items():
-            while count:
-                text = biography(rng, profession, gender)
-                if text not in seen:
-                    seen.add(text)
-                    rows.append((text, profession, gender))
-                    count -= 1
-        rows = [rows[i] for i in rng.permutation(len(rows))]
-        frames[split] = pd.DataFrame(rows, columns=["text", "profession", "gender"])
+    return {split: _biographies(rng, groups, seen) for split, groups in BIB_GROUP_SIZES.items()}
+
+
+@lru_cache(maxsize=4)
+def _toy_bias_in_bios(seed: int, cues: BiographyCues) -> dict[str, pd.DataFrame]:
+    frames = dict(_standard_bios(seed))
+    if cues != STANDARD_CUES:
+        seen = {
+            text
+            for name, frame in frames.items()
+            if name != "ambiguous_train"
+            for text in frame["text"]
+        }
+        groups = BIB_GROUP_SIZES["ambiguous_train"]
+        frames["ambiguous_train"] = _biographies(_rng(seed, "ambiguous_cues"), groups, seen, cues)
     return frames
 
 
-def load_toy_bias_in_bios(seed: int = 0) -> dict[str, pd.DataFrame]:
+def load_toy_bias_in_bios(
+    seed: int = 0, ambiguous_cues: BiographyCues = AMBIGUOUS_CUES
+) -> dict[str, pd.DataFrame]:
     """Toy Bias in Bios in the hub loader's format: "ambiguous_train" (male professors and
     female nurses, 1,000 each), "balanced_train" (500 per profession x gender),
     "ambiguous_test" (250 per group) and "balanced_test" (250 per profession x gender).
 
-    Columns: ``text``, ``profession`` ("professor" | "nurse"), ``gender`` ("male" | "female");
-    rows shuffled with ``seed``; no biography in two splits.
+    The ambiguous training biographies follow ``ambiguous_cues`` (default :data:`AMBIGUOUS_CUES`:
+    gender told more strongly than profession, but in four biographies of five only; profession in
+    every one), the others are standard
+    biographies. Columns: ``text``, ``profession`` ("professor" | "nurse"), ``gender`` ("male" |
+    "female"); rows shuffled with ``seed``; no biography in two splits.
     """
-    return {split: frame.copy() for split, frame in _toy_bias_in_bios(seed).items()}
+    return {split: frame.copy() for split, frame in _toy_bias_in_bios(seed, ambiguous_cues).items()}
 
 
 def lm_training_texts(seed: int, n_sentences: int, n_biographies: int) -> list[str]:
@@ -139,7 +196,7 @@ def lm_training_texts(seed: int, n_sentences: int, n_biographies: int) -> list[s
     is in toy-CoLA's test split or toy Bias in Bios' test splits.
     """
     held_out = set(load_toy_cola("test", seed)["sentence"])
-    for split, frame in _toy_bias_in_bios(seed).items():
+    for split, frame in _standard_bios(seed).items():
         if split.endswith("_test"):
             held_out |= set(frame["text"])
     rng = _rng(seed, "lm")

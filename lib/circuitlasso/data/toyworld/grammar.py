@@ -614,6 +614,7 @@ _BIO_OPENINGS = {
     "professor": ("{name} teaches {field} at the university of {city} .",),
     "nurse": ("{name} works on the {ward} ward of a hospital in {city} .",),
 }
+_BIO_PLAIN_OPENING = "{name} lives in {city} ."  # names the person, not the profession
 _BIO_SENTENCES = {
     "professor": (
         "{he} gives lectures on {field} to undergraduate students .",
@@ -647,10 +648,50 @@ _PRONOUNS = {
     "male": {"he": "he", "his": "his", "him": "him"},
     "female": {"he": "she", "his": "her", "him": "her"},
 }
+# A biography that does not tell the gender: "the author teaches ... their research ...".
+_UNTOLD = {"name": "the author", "he": "the author", "his": "their", "him": "them"}
 
 
-def biography(rng: Rng, profession: str, gender: str) -> str:
-    """A rendered biography: an opening, two profession sentences and one neutral sentence."""
+@dataclass(frozen=True)
+class BiographyCues:
+    """How strongly a biography tells its profession and its gender: a share
+    ``profession_openings`` of biographies open with the profession ("... teaches physics at the
+    university ...", the rest with where the person lives), then come ``profession_sentences``
+    profession sentences and ``gender_sentences`` sentences about the person's life, which tell
+    the gender (pronouns) but not the profession. A share ``gender_told`` of biographies tell the
+    gender (a name and pronouns), the rest speak of "the author" and "their". The default is the
+    standard biography."""
+
+    profession_openings: float = 1.0
+    profession_sentences: int = 2
+    gender_sentences: int = 1
+    gender_told: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.profession_openings <= 1.0:
+            raise ValueError(
+                f"profession_openings must lie in [0, 1], got {self.profession_openings}"
+            )
+        if not 0.0 <= self.gender_told <= 1.0:
+            raise ValueError(f"gender_told must lie in [0, 1], got {self.gender_told}")
+        most = min(len(pool) for pool in _BIO_SENTENCES.values())
+        if not 0 <= self.profession_sentences <= most:
+            raise ValueError(
+                f"profession_sentences must lie in 0..{most}, got {self.profession_sentences}"
+            )
+        if not 1 <= self.gender_sentences <= len(_BIO_NEUTRAL):
+            raise ValueError(
+                f"gender_sentences must lie in 1..{len(_BIO_NEUTRAL)}, got {self.gender_sentences}"
+            )
+
+
+STANDARD_CUES = BiographyCues()  # the standard biography, as the toy world's LM read it
+
+
+def biography(rng: Rng, profession: str, gender: str, cues: BiographyCues = STANDARD_CUES) -> str:
+    """A rendered biography: an opening and, in random order, the profession and gender
+    sentences of ``cues`` (the default: a profession opening, two profession sentences and one
+    about the person's life)."""
     if profession not in PROFESSIONS:
         raise ValueError(f"unknown profession {profession!r}; expected one of {PROFESSIONS}")
     if gender not in GENDERS:
@@ -667,8 +708,18 @@ def biography(rng: Rng, profession: str, gender: str) -> str:
         **_PRONOUNS[gender],
     }
     pool = _BIO_SENTENCES[profession]
-    body = [pool[i] for i in rng.permutation(len(pool))[:2]] + [pick(rng, _BIO_NEUTRAL)]
-    templates = [pick(rng, _BIO_OPENINGS[profession])] + [body[i] for i in rng.permutation(3)]
+    body = [pool[i] for i in rng.permutation(len(pool))[: cues.profession_sentences]]
+    life = [pick(rng, _BIO_NEUTRAL)]  # draws as the standard biography does, then any others
+    if cues.gender_sentences > 1:
+        rest = [t for t in _BIO_NEUTRAL if t != life[0]]
+        life += [rest[i] for i in rng.permutation(len(rest))[: cues.gender_sentences - 1]]
+    body += life
+    opening = pick(rng, _BIO_OPENINGS[profession])
+    if cues.profession_openings < 1.0 and rng.random() >= cues.profession_openings:
+        opening = _BIO_PLAIN_OPENING
+    if cues.gender_told < 1.0 and rng.random() >= cues.gender_told:
+        slots.update(_UNTOLD)
+    templates = [opening] + [body[i] for i in rng.permutation(len(body))]
     return " ".join(render(t.format(**slots).split()) for t in templates)
 
 
@@ -730,7 +781,7 @@ def vocabulary() -> list[str]:
     words |= _verb_forms(FINITE_VERBS, "base", "third", "past")
     words |= set(CITIES + FIELDS + WARDS + HOBBIES)
     words |= {p for row in _PRONOUNS.values() for p in row.values()}
-    bio_templates = _BIO_NEUTRAL + tuple(
+    bio_templates = (*_BIO_NEUTRAL, _BIO_PLAIN_OPENING) + tuple(
         t for table in (_BIO_OPENINGS, _BIO_SENTENCES) for ts in table.values() for t in ts
     )
     return sorted(words | _template_words(bio_templates))

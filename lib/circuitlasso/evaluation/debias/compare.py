@@ -7,7 +7,8 @@ edited activations for a retrain), without the choice of gender features and wit
 set; SHIFT's includes training the ORIGINAL probe it edits. SAE features are collected into a
 fresh temporary cache, so no method is timed on cached work.
 
-- ORIGINAL / ORACLE: :func:`~circuitlasso.evaluation.debias.probes.fit_probe` on pooled activations.
+- ORIGINAL / ORACLE: :func:`~circuitlasso.evaluation.debias.probes.fit_probe` on pooled
+  activations, fit to convergence (:data:`PROBE_TOL`, as every probe here).
 - CBP: the same probe on concept-similarity scores, gender concepts left out.
 - LINEAR PROBING: the support of the l1 fit on the layer's pooled SAE features (the fit
   CircuitLasso starts from), every other feature zeroed, an l2 probe refit on that support.
@@ -19,12 +20,16 @@ fresh temporary cache, so no method is timed on cached work.
 - CircuitLasso: ``A_{s,y}`` by l1-logistic regression on the layer's pooled SAE features
   (:func:`~circuitlasso.circuits.features.fit_label`), the top ``n_candidates`` by ``|A_{s,y}|``,
   the gender features among them zeroed in the features fed to the same classifier; -retrain
-  refits ``A_{s,y}`` with those features zeroed.
+  refits ``A_{s,y}`` with those features zeroed. CircuitLasso-no-removal, the ablation, is the
+  same classifier with nothing zeroed: what the removal step changes.
 
-The section's tables come from the :class:`Comparison`: the candidates as shown
-(:func:`candidate_table`), Table 1 (:func:`removal_table`), the worst-group gap each method closes
-(:func:`gap_closed`), the rule against the toy world's truth (:func:`rule_vs_toy_truth`) and the
-summary (:func:`summary`).
+:func:`load_run` loads a model and the SAEs a comparison needs, :func:`compare_models` runs the
+comparison on each model of the section. The section's tables come from the :class:`Comparison`:
+the candidates as shown (:func:`candidate_table`), Table 2 (:func:`scores_table`), Table 1
+(:func:`removal_table`), CircuitLasso with and without its removal step (:func:`ablation_table`),
+the worst-group gap each method closes (:func:`gap_closed`), each table for several models side
+by side (:func:`by_model`), the rule against the toy world's truth (:func:`rule_vs_toy_truth`)
+and the summary (:func:`summary`).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from circuitlasso.cache import atomic_path
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.interpret import top_tokens
 from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.debias.data import accuracies, bottleneck, targets
 from circuitlasso.evaluation.debias.gender import Node, rule_vs_truth, swap_effects
@@ -58,6 +64,10 @@ from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.faithfulness import fresh_features
 
 T = TypeVar("T")
+# Every probe is fit to convergence: at scikit-learn's default tolerance the ORIGINAL probe's
+# refit on edited activations (SHIFT-retrain) stopped short, and another machine's rounding moved
+# its worst group by 8 points.
+PROBE_TOL = 1e-8
 
 
 def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
@@ -145,8 +155,8 @@ def _marks(candidates: pd.DataFrame, nodes: Sequence[Node]) -> list[bool]:
 
 
 METHODS = (
-    "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain", "CircuitLasso",
-    "CircuitLasso-retrain",
+    "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain",
+    "CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain",
 )  # fmt: skip
 
 
@@ -197,7 +207,7 @@ def _probe_methods(
     """ORIGINAL, CBP (over ``concepts``) and ORACLE; the ORIGINAL probe and its seconds."""
     y = task.y["ambiguous_train"]
     X, t_pool = timed(task.pool, "ambiguous_train")
-    original, t_fit = timed(fit_probe, X, y, C=task.C)
+    original, t_fit = timed(fit_probe, X, y, C=task.C, tol=PROBE_TOL)
     cbp, t_cbp = timed(
         fit_concept_bottleneck,
         task.model,
@@ -206,10 +216,13 @@ def _probe_methods(
         y,
         concepts,
         C=task.C,
+        tol=PROBE_TOL,
         batch_size=task.batch_size,
     )
     X_balanced, t_balanced = timed(task.pool, "balanced_train")
-    oracle, t_oracle = timed(fit_probe, X_balanced, task.y["balanced_train"], C=task.C)
+    oracle, t_oracle = timed(
+        fit_probe, X_balanced, task.y["balanced_train"], C=task.C, tol=PROBE_TOL
+    )
     methods = [
         Method("ORIGINAL", original.predict(X_test), None, t_pool + t_fit),
         Method("CBP", cbp.predict(X_test), None, t_pool + t_cbp),
@@ -249,7 +262,7 @@ def _shift_methods(
     candidates["removed"] = _marks(candidates, removed)
     X_test = task.pool("balanced_test", removed)
     X_edited, t_edit = timed(task.pool, "ambiguous_train", removed)
-    retrained, t_refit = timed(fit_probe, X_edited, y, C=task.C)
+    retrained, t_refit = timed(fit_probe, X_edited, y, C=task.C, tol=PROBE_TOL)
     seconds = t_original + t_ig + t_rank
     seconds_retrain = seconds + t_edit + t_refit
     methods = [
@@ -262,8 +275,8 @@ def _shift_methods(
 def _lasso_methods(
     task: _Task, manual: Sequence[Sequence[int]] | None, *, lam_ratio: float, n_candidates: int
 ) -> tuple[list[Method], pd.DataFrame, list[Node]]:
-    """LINEAR PROBING, CircuitLasso and CircuitLasso-retrain; the candidates and removed
-    features of CircuitLasso."""
+    """LINEAR PROBING, CircuitLasso-no-removal, CircuitLasso and CircuitLasso-retrain; the
+    candidates and removed features of CircuitLasso."""
     layer, y = task.layer, task.y["ambiguous_train"]
 
     def collect(split: str) -> sp.csr_matrix:
@@ -276,7 +289,7 @@ def _lasso_methods(
     Z_test = collect("balanced_test")
     fit, t_l1 = timed(fit_label, Z, y, lam_ratio, layer=layer)
     support = np.flatnonzero(fit.coef)
-    sparse_probe, t_sparse = timed(fit_probe, Z[:, support], y, C=task.C)
+    sparse_probe, t_sparse = timed(fit_probe, Z[:, support], y, C=task.C, tol=PROBE_TOL)
     coef = {layer: fit.coef}
     ranking, t_rank = timed(lambda: rank_features(coef)[:n_candidates])
     candidates = task.candidates(ranking, coef)
@@ -299,6 +312,7 @@ def _lasso_methods(
             None,
             t_collect + t_l1 + t_sparse,
         ),
+        Method("CircuitLasso-no-removal", _classes(fit, Z_test), 0, t_collect + t_l1),
         Method("CircuitLasso", _classes(fit, Z_test_zeroed), len(features), seconds),
         Method(
             "CircuitLasso-retrain",
@@ -308,6 +322,28 @@ def _lasso_methods(
         ),
     ]
     return methods, candidates, removed
+
+
+def load_run(
+    model_name: str, layer: int, *, device: str = "cpu"
+) -> tuple[HookedTransformer, dict[int, SAE]]:
+    """The model ``model_name`` and its residual-stream SAEs of layers ``0..layer``, keyed by
+    layer: what :func:`compare_methods` needs to probe ``blocks.<layer>.hook_resid_post`` (SHIFT
+    reads every SAE up to it). Hub models and SAE releases as
+    :func:`~circuitlasso.data.models.load_model` and :func:`~circuitlasso.data.models.load_saes`
+    name them (Pythia-70M-deduped: Marks et al.'s; Gemma-2: Gemma Scope's canonical 16k); each
+    SAE is checked to fit the model."""
+    if layer < 0:
+        raise ValueError(f"layer must be >= 0, got {layer}")
+    model = load_model(model_name, device=device)
+    if not isinstance(model, HookedTransformer):
+        raise ValueError(f"{model_name} is not a HookedTransformer, which compare_methods needs")
+    if layer >= model.cfg.n_layers:
+        raise ValueError(
+            f"{model_name} has layers 0..{model.cfg.n_layers - 1}; cannot probe layer {layer}"
+        )
+    saes = load_saes(model_name, range(layer + 1), "resid_post", device=device, model=model)
+    return model, saes
 
 
 def compare_methods(
@@ -392,10 +428,55 @@ def compare_methods(
     )
 
 
+def compare_models(
+    runs: Mapping[str, int],
+    splits: Mapping[str, pd.DataFrame],
+    professions: Sequence[str],
+    concepts: Mapping[str, Sequence[str]],
+    *,
+    device: str = "cpu",
+    shift_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    circuitlasso_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    **options: Any,
+) -> tuple[dict[str, Comparison], dict[str, pd.DataFrame]]:
+    """:func:`compare_methods` on each model of ``runs`` (model name -> the layer its probes
+    read), the model and its SAEs loaded by :func:`load_run` one at a time; the comparisons, and
+    for the toy world the rule against its ground truth (:func:`rule_vs_toy_truth`), by model.
+
+    ``shift_gender`` / ``circuitlasso_gender``: manual gender features of each model, model name
+    -> ``[layer, feature]`` pairs (a model not named: the automatic rule); ``options``: the other
+    keyword arguments of :func:`compare_methods`.
+    """
+    if not runs:
+        raise ValueError("runs names no model; give at least one model name -> layer")
+    comparisons, truths = {}, {}
+    for name, layer in runs.items():
+        model, saes = load_run(name, int(layer), device=device)
+        comparisons[name] = compare_methods(
+            model,
+            saes,
+            int(layer),
+            splits,
+            professions,
+            concepts,
+            shift_gender=(shift_gender or {}).get(name),
+            circuitlasso_gender=(circuitlasso_gender or {}).get(name),
+            **options,
+        )
+        if name == "toy":
+            batch_size = options.get("batch_size", 64)
+            truths[name] = rule_vs_toy_truth(
+                model, saes, comparisons[name], splits, batch_size=batch_size
+            )
+        del model, saes  # before the next model loads
+    return comparisons, truths
+
+
 # ---------------------------------------------------------------- the tables of the section
 
 SCORES = ["profession", "gender", "worst_group"]  # Table 2's columns
 REMOVALS = ["SHIFT", "SHIFT-retrain", "CircuitLasso", "CircuitLasso-retrain"]  # Table 1's rows
+ABLATION = ["CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain"]
 
 
 def candidate_table(candidates: pd.DataFrame, n_tokens: int = 4) -> pd.DataFrame:
@@ -413,10 +494,36 @@ def candidate_table(candidates: pd.DataFrame, n_tokens: int = 4) -> pd.DataFrame
     )
 
 
+def scores_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 2 from a :class:`Comparison` ``table``: ``profession``, ``gender`` and
+    ``worst_group`` of every method, to 0.1."""
+    return table[SCORES].round(1)
+
+
+def by_model(
+    comparisons: Mapping[str, Comparison], table: Callable[[pd.DataFrame], pd.DataFrame]
+) -> pd.DataFrame:
+    """One of the section's tables (``table``, e.g. :func:`scores_table` or
+    :func:`removal_table`, of a :class:`Comparison` table) for every model of ``comparisons``
+    side by side, as the paper sets its models: columns ``(model, column)``."""
+    return pd.concat(
+        {name: table(found.table) for name, found in comparisons.items()},
+        axis=1,
+        names=["model", None],
+    )
+
+
 def removal_table(table: pd.DataFrame) -> pd.DataFrame:
     """Table 1 from a :class:`Comparison` ``table``: the feature-removal methods' ``features``
     (int) and ``seconds`` (to 0.1 s)."""
     return table.loc[REMOVALS, ["features", "seconds"]].astype({"features": int}).round(1)
+
+
+def ablation_table(table: pd.DataFrame) -> pd.DataFrame:
+    """CircuitLasso without and with its removal step, from a :class:`Comparison` ``table``:
+    ``worst_group``, ``gender`` and ``profession`` (to 0.1) and the ``features`` removed (int)."""
+    columns = ["worst_group", "gender", "profession", "features"]
+    return table.loc[ABLATION, columns].astype({"features": int}).round(1)
 
 
 def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
@@ -435,8 +542,8 @@ def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_results(table: pd.DataFrame, path: str | Path) -> None:
-    """Write a :class:`Comparison` ``table`` to the CSV ``path``, to 3 decimals; the file
-    appears complete or not at all."""
+    """Write a :class:`Comparison` ``table`` (or several, stacked under an index level
+    ``model``) to the CSV ``path``, to 3 decimals; the file appears complete or not at all."""
     with atomic_path(path) as tmp:
         table.round(3).to_csv(tmp)
 

@@ -16,9 +16,10 @@ feature of names or of a gender read from names moves only partly.
 Ground truth on the toy world, where every biography's gender and every planted word category
 are known, from the paper's two labelling procedures' raw material:
 
-- top tokens: a feature is gendered when at least half of its top tokens
-  (:func:`circuitlasso.circuits.interpret.top_tokens`) are gendered names, pronouns or nouns
-  (:func:`gendered_share`);
+- top tokens: a feature is gendered when the dominant planted category of its top tokens
+  (:func:`circuitlasso.circuits.interpret.top_tokens`,
+  :func:`circuitlasso.data.toyworld.datasets.dominant_category`: at least half of them) is one of
+  the gendered names, pronouns or nouns (:data:`GENDERED_CATEGORIES`);
 - top prompts: a feature is gendered when its most active biographies of the balanced set
   (where gender and profession are independent) are nearly all of one gender
   (:func:`top_prompt_share`). This also counts features that fire on a neutral token, such as
@@ -38,6 +39,7 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.toyworld.datasets import dominant_category
 from circuitlasso.data.toyworld.grammar import token_categories
 
 Node = tuple[int, int]  # (layer, SAE feature)
@@ -126,15 +128,13 @@ def swap_effects(
     return np.array(effects)
 
 
-def gendered_share(tokens: Counter[str]) -> float:
-    """Share of a feature's top ``tokens`` (word -> count) that are gendered words of the toy
-    world (names, pronouns, nouns of :data:`GENDERED_CATEGORIES`); 0 for no tokens."""
-    total = sum(tokens.values())
-    if total == 0:
-        return 0.0
-    categories = token_categories()
-    words = set().union(*(categories[name] for name in GENDERED_CATEGORIES))
-    return sum(n for word, n in tokens.items() if word.lower() in words) / total
+def gendered_tokens(tokens: Counter[str], min_share: float = 0.5) -> bool:
+    """Whether a feature's top ``tokens`` (word -> count) are dominated (at least ``min_share``)
+    by one gendered planted category of the toy world (:data:`GENDERED_CATEGORIES`)."""
+    lower: Counter[str] = Counter()
+    for word, n in tokens.items():
+        lower[word.lower()] += n
+    return dominant_category(lower, min_share) in GENDERED_CATEGORIES
 
 
 def top_prompt_share(Z: sp.csr_matrix, feature: int, mask: np.ndarray, n: int = 50) -> float:
@@ -156,17 +156,17 @@ def toy_truth(
     n: int = 50,
 ) -> pd.DataFrame:
     """The toy world's ground truth for each candidate (a row of
-    :func:`circuitlasso.evaluation.debias.compare.describe`): ``by_tokens`` (gendered share of its
-    top tokens at least ``min_share``) and ``by_prompts`` (at least ``purity`` of its ``n`` top
-    prompts of one gender), with ``Z[layer]: (M, D)`` the features of balanced biographies and
-    ``male: (M,)`` their gender."""
+    :func:`circuitlasso.evaluation.debias.compare.describe`): ``by_tokens``
+    (:func:`gendered_tokens` at ``min_share``) and ``by_prompts`` (at least ``purity`` of its
+    ``n`` top prompts of one gender), with ``Z[layer]: (M, D)`` the features of balanced
+    biographies and ``male: (M,)`` their gender."""
     shares = [
         top_prompt_share(Z[layer], feature, male, n)
         for layer, feature in zip(candidates["layer"], candidates["feature"], strict=True)
     ]
     return pd.DataFrame(
         {
-            "by_tokens": [gendered_share(tokens) >= min_share for tokens in candidates["tokens"]],
+            "by_tokens": [gendered_tokens(t, min_share) for t in candidates["tokens"]],
             "by_prompts": [max(s, 1 - s) >= purity for s in shares],  # NaN compares False
         },
         index=candidates.index,

@@ -105,17 +105,19 @@ class Probe:
         return (self.logits(X) > 0).astype(int)
 
 
-def fit_probe(X: Any, y: np.ndarray, *, C: float = 1.0) -> Probe:
-    """l2-penalized logistic regression (scikit-learn, inverse penalty ``C``) of ``y: (M,)`` on
-    ``X: (M, d)``, dense or sparse. A probe keeps every direction of a dense activation; the l1
-    readout of :func:`circuitlasso.circuits.features.fit_label` is a different fit, a sparse
-    choice of SAE features."""
+def fit_probe(X: Any, y: np.ndarray, *, C: float = 1.0, tol: float = 1e-4) -> Probe:
+    """l2-penalized logistic regression (scikit-learn, inverse penalty ``C``, stopping tolerance
+    ``tol``) of ``y: (M,)`` on ``X: (M, d)``, dense or sparse. A probe keeps every direction of a
+    dense activation; the l1 readout of :func:`circuitlasso.circuits.features.fit_label` is a
+    different fit, a sparse choice of SAE features. scikit-learn's default ``tol`` (1e-4) can stop
+    well short of the optimum, where the path, and so the rounding, decides the probe; a small
+    one (1e-8) fits it to convergence."""
     if X.shape[0] != len(y):
         raise ValueError(f"X has {X.shape[0]} rows but there are {len(y)} labels")
     # one BLAS thread: on these small products, BLAS threads next to torch's OpenMP threads
     # make the fit 30 times slower, not faster
     with threadpool_limits(1):
-        model = LogisticRegression(C=C, max_iter=10_000).fit(X, y)
+        model = LogisticRegression(C=C, tol=tol, max_iter=10_000).fit(X, y)
     return Probe(model.coef_[0].astype(np.float64), float(model.intercept_[0]))
 
 
@@ -170,11 +172,13 @@ def fit_concept_bottleneck(
     concepts: Mapping[str, Sequence[str]],
     *,
     C: float = 1.0,
+    tol: float = 1e-4,
     batch_size: int = 64,
 ) -> ConceptBottleneck:
     """CBP trained on pooled activations ``X: (M, d)`` (at ``hook``) with labels ``y: (M,)``,
-    one bottleneck unit per concept (name -> short texts)."""
+    one bottleneck unit per concept (name -> short texts); ``C`` and ``tol`` as for
+    :func:`fit_probe`."""
     center = X.mean(0)
     directions = concept_directions(model, hook, concepts, center, batch_size=batch_size)
-    probe = fit_probe(concept_scores(X, directions, center), y, C=C)
+    probe = fit_probe(concept_scores(X, directions, center), y, C=C, tol=tol)
     return ConceptBottleneck(directions, center, probe)
