@@ -31,6 +31,17 @@ def csr_from_parts(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int
         return torch.sparse_csr_tensor(crow, col, val, size=shape)
 
 
+def with_int32_indices(csr: Tensor) -> Tensor:
+    """The CSR tensor with int32 indices where its nonzeros fit them, else itself. Torch's
+    CSR times dense product reads indices on every entry: on the CPU it runs about a quarter
+    faster on int32 ones."""
+    if csr.values().numel() >= 2**31 - 1 or max(csr.shape) >= 2**31 - 1:
+        return csr
+    return csr_from_parts(
+        csr.crow_indices().int(), csr.col_indices().int(), csr.values(), tuple(csr.shape)
+    )
+
+
 def csr_from_dense(a: Tensor) -> Tensor:
     """A dense (n, m) tensor as CSR (exact zeros dropped), without torch's beta notices."""
     with warnings.catch_warnings():

@@ -69,7 +69,7 @@ def fista(
     *,
     stop: StopRule = "gap",
     max_iter: int = 10_000,
-    check_every: int = 5,
+    check_every: int = 10,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Minimize F above for B problems at once.
 

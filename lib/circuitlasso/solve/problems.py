@@ -37,6 +37,7 @@ from circuitlasso.solve._sparse import (
     row_sums,
     scale_columns,
     sparse_product,
+    with_int32_indices,
 )
 
 SMALL_GRAM_ENTRIES = 2**24
@@ -175,6 +176,7 @@ class SparseProblem:
     def __init__(self, x_scaled: Tensor, mu: Tensor | None, y_t: Tensor, gram_bytes: int) -> None:
         self.Xs = x_scaled.to(torch.float64)
         self.Xst = csr_transpose(self.Xs)
+        self.Xst_product = with_int32_indices(self.Xst)  # the gradient's CSR times dense
         self.n_obs, self.n_features = x_scaled.shape
         self.n_outputs = y_t.shape[0]
         self.G = self._dense_gram(gram_bytes)
@@ -186,7 +188,8 @@ class SparseProblem:
         y_sum = _row_sums(y_t)
         self.ybar = y_sum / self.n_obs if mu is not None else None
         self.yty = self.yty_raw - (y_sum**2 / self.n_obs if mu is not None else 0.0)
-        self.held_bytes = _nbytes(self.Xs) + _nbytes(self.Xst) + _nbytes(self.G) + _nbytes(y_t)
+        parts = (self.Xs, self.Xst, self.Xst_product, self.G, y_t)
+        self.held_bytes = sum(_nbytes(part) for part in parts)
 
     def _dense_gram(self, gram_bytes: int) -> Tensor | None:
         p = self.n_features
@@ -222,7 +225,7 @@ class SparseProblem:
         if int(torch.count_nonzero(u)) < SPARSE_RESIDUALS * u.numel():
             g = sparse_product(csr_from_dense(u), self.Xs)  # cost ~ nonzeros of u, not M
         else:
-            g = (self.Xst @ u.t()).t()  # CSR times dense: several times faster than u @ X_s
+            g = (self.Xst_product @ u.t()).t()  # CSR times dense: several times faster than u @ X_s
         u_sq, u_sum, yu = (u**2).sum(1), u.sum(1), (y * u).sum(1)
         if self.mu is None or self.ybar is None:
             return g, u_sq, yu

@@ -31,8 +31,8 @@ def score(g: Tensor, omega: Tensor, W: Tensor, valid: Tensor, scale: Tensor) -> 
     s = g.abs().double().mul_(scale.unsqueeze(1))
     if not bool((omega == 1).all()):
         s.div_(omega.double())
-    inside = torch.zeros(s.shape, dtype=torch.bool, device=s.device).scatter_(1, W, valid)
-    violators = ((s > 1) & ~inside).sum(1)
+    inside_violators = ((s.gather(1, W) > 1) & valid).sum(1)
+    violators = (s > 1).sum(1) - inside_violators
     max_score = s.amax(1) if s.shape[1] else s.new_zeros(s.shape[0])
     return Scores(s, max_score, violators)
 
@@ -51,10 +51,13 @@ def select(
         these = rows[size == k]
         W_k, b_k = W[these], b_ws[these]
         r, slot = (valid[these] & (b_k != 0)).nonzero(as_tuple=True)
+        support = W_k[r, slot]
         priority = c.score[these]  # a copy: `these` indexes
-        priority[r, W_k[r, slot]] = torch.inf
+        priority[r, support] = torch.inf
         new_W = priority.topk(int(k), dim=1).indices.sort(1).values
-        warm = torch.zeros(priority.shape, dtype=b_ws.dtype, device=b_ws.device)
-        warm[r, W_k[r, slot]] = b_k[r, slot]
-        out.append((these, new_W, warm.gather(1, new_W), g[these].gather(1, new_W).double()))
+        warm = torch.zeros(new_W.shape, dtype=b_ws.dtype, device=b_ws.device)
+        at = torch.searchsorted(new_W[r], support.unsqueeze(1)).squeeze(1).clamp_max(int(k) - 1)
+        kept = new_W[r, at] == support  # all of it, unless a set was capped below its support
+        warm[r[kept], at[kept]] = b_k[r[kept], slot[kept]]
+        out.append((these, new_W, warm, g[these.unsqueeze(1), new_W].double()))
     return out

@@ -7,7 +7,8 @@ Each round has two passes over the outputs still pending:
      largest KKT scores |g_k| / (M w_k), sized to max(ws_start, 5/4 |support|, |support| +
      violators) (celer's rule, with 5/4 in place of 2: the Gram blocks, and FISTA's work on
      them, grow with the square of the size), rounded up to a power of two or a multiple of
-     SET_STEP, at most doubling and never shrinking, so that a set can grow to the full problem
+     SET_STEP, at most doubling (a first set: up to an eighth of the violators at b = 0,
+     FIRST_SET_SHARE) and never shrinking, so that a set can grow to the full problem
      if it ever has to.
   2. Solve (buckets of equal working-set size K): batched FISTA on the (B, K, K) Gram blocks G_W,
      warm-started at b, with cross products X~_W^T y_c = g_W + G_W b from the certificate's
@@ -48,6 +49,12 @@ CPU_SOLVE_ENTRIES Gram-block entries (16 MiB), so that their many passes do not 
 main memory. (On a GPU the budget alone sizes them: larger batches there mean fewer kernels.)"""
 SET_STEP = 64
 """Working sets grow in powers of two up to SET_STEP features, then in multiples of it."""
+FIRST_SET_SHARE = 8
+FIRST_SET_MAX = 64
+"""An output's first working set takes up to 1/FIRST_SET_SHARE of the features that violate
+the KKT conditions at b = 0 (at most FIRST_SET_MAX, at least ws_start): where many features
+correlate with a target its support is large, and each doubling from ws_start towards it would
+cost a certificate pass."""
 FISTA_BYTES = 6 * 8
 """Bytes per Gram-block entry taken by FISTA: float64 copies of Q alive at once (the batch's,
 its compaction as problems finish, the support systems and their factors)."""
@@ -265,11 +272,14 @@ def solve_working_sets(
 def _next_size(
     support: Tensor, violators: Tensor, previous: Tensor, ws_start: int, largest: int
 ) -> Tensor:
-    """Working-set sizes: max(ws_start, 5/4 |support|, |support| + violators), at most doubling,
-    rounded up (`_round_size`) and never shrinking (so a set can grow to the full problem, or to
-    the `largest` the memory budget allows)."""
+    """Working-set sizes: max(ws_start, 5/4 |support|, |support| + violators), at most doubling
+    (a first set: at most 1/FIRST_SET_SHARE of the violators, up to FIRST_SET_MAX), rounded up
+    (`_round_size`) and never shrinking (so a set can grow to the full problem, or to the
+    `largest` the memory budget allows)."""
     target = torch.maximum(support + support // 4, support + violators)
-    target = torch.minimum(target.clamp_min(ws_start), (2 * previous).clamp_min(ws_start))
+    first = (violators // FIRST_SET_SHARE).clamp_max(FIRST_SET_MAX)
+    cap = torch.where(previous > 0, 2 * previous, first).clamp_min(ws_start)
+    target = torch.minimum(target.clamp_min(ws_start), cap)
     return torch.maximum(_round_size(target), previous).clamp_max(largest)
 
 
