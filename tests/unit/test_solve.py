@@ -464,3 +464,19 @@ def test_bad_input_raises_clear_error(call, message):
     X, Y = rng.standard_normal((10, 6)), rng.standard_normal((10, 2))
     with pytest.raises(ValueError, match=message):
         call(X, Y)
+
+
+def test_working_set_sizes():
+    """A first set takes an eighth of the violators at b = 0 (between ws_start and 64); later
+    sets grow to 5/4 of the support or support plus violators, at most doubling, never
+    shrinking, never past the largest the memory budget allows."""
+    from circuitlasso.solve.workset import _next_size
+
+    none = torch.zeros(4, dtype=torch.int64)
+    first = _next_size(none, torch.tensor([0, 100, 300, 5000]), none, 16, 4096)
+    assert first.tolist() == [16, 16, 64, 64]
+    later = _next_size(
+        torch.tensor([10, 30, 30]), torch.tensor([0, 500, 2]), torch.tensor([16, 32, 64]), 16, 4096
+    )
+    assert later.tolist() == [16, 64, 64]
+    assert _next_size(none[:1], torch.tensor([5000]), none[:1], 16, 32).tolist() == [32]
