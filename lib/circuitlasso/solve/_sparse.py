@@ -33,12 +33,15 @@ def csr_from_parts(crow: Tensor, col: Tensor, val: Tensor, shape: tuple[int, int
 
 def with_int32_indices(csr: Tensor) -> Tensor:
     """The CSR tensor with int32 indices where its nonzeros fit them, else itself. Torch's
-    CSR times dense product reads indices on every entry: on the CPU it runs about a quarter
-    faster on int32 ones."""
+    CSR times dense product reads an index for every entry: alone, on the CPU, it ran 10 to
+    25 % faster on int32 ones (X^T of the solver benchmark's 400 to 64 active per row)."""
     if csr.values().numel() >= 2**31 - 1 or max(csr.shape) >= 2**31 - 1:
         return csr
     return csr_from_parts(
-        csr.crow_indices().int(), csr.col_indices().int(), csr.values(), tuple(csr.shape)
+        csr.crow_indices().int(),
+        csr.col_indices().int(),
+        csr.values(),
+        (csr.shape[0], csr.shape[1]),
     )
 
 
