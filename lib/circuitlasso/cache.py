@@ -251,7 +251,7 @@ def load_or_compute(key: str, fn: Callable[[], T], *, root: str | Path | None = 
 
 
 def load_or_compute_chunks(
-    key: str,
+    key: str | None,
     n_chunks: int,
     fn: Callable[[int], T],
     *,
@@ -269,20 +269,23 @@ def load_or_compute_chunks(
     are computed (:func:`circuitlasso.executor.get_executor`; default here, one after another).
     On a Ray cluster each task saves its own chunk, so ``root`` must then be a folder every
     worker sees (the local disk of a one-machine cluster, else a shared file system).
+    ``key=None`` computes every chunk the same way but reads and writes no file.
     """
     if n_chunks < 0:
         raise ValueError(f"n_chunks must be >= 0, got {n_chunks}")
-    folder = _results_dir(root) / key
-    missing = [i for i in range(n_chunks) if not _chunk_path(folder, i).is_file()]
+    folder = _results_dir(root) / (key or "")  # not read when key is None
+    saved = key is not None
+    missing = [i for i in range(n_chunks) if not (saved and _chunk_path(folder, i).is_file())]
+    task = _SavedChunk(fn, folder) if saved else fn
     computed: dict[int, T] = {}
     with tqdm(
         total=n_chunks,
         initial=n_chunks - len(missing),
-        desc=desc or f"chunks {key[:8]}",
+        desc=desc or f"chunks {(key or 'uncached')[:8]}",
         leave=False,
         disable=not progress,
     ) as bar:
-        for i, value in get_executor(executor).map(_SavedChunk(fn, folder), missing):
+        for i, value in get_executor(executor).map(task, missing):
             computed[i] = value
             bar.update()
     return [

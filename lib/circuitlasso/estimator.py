@@ -9,18 +9,48 @@ for the features the trace visits.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sae_lens import SAE
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from transformer_lens import HookedTransformer
 
+from circuitlasso.cache import digest_arrays
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, fit_label
+from circuitlasso.data.models import check_sae_fits, check_sae_keys
 from circuitlasso.executor import Executor
+from circuitlasso.forward import check_prompts
+
+
+class NotFittedError(SklearnNotFittedError, RuntimeError):
+    """A :class:`CircuitLasso` used before ``fit``: scikit-learn's ``NotFittedError`` (an
+    ``AttributeError`` and a ``ValueError``, so ``hasattr(estimator, "coef_")`` is False before
+    ``fit``), and the ``RuntimeError`` the estimator raised before."""
+
+
+def features_digest(Z: Mapping[int, Features]) -> str:
+    """Hex sha256 of the features ``{layer: (M, D)}``: each layer, its shape and the arrays
+    holding it (a sparse matrix's CSR ``indptr``, ``indices`` and ``data``, a dense one's values).
+
+    One pass over the stored values, no model run: a content hash of what a fit read.
+    """
+    parts = []
+    for layer in sorted(Z):
+        z = Z[layer]
+        if sp.issparse(z):
+            csr = sp.csr_matrix(z)  # no copy of a CSR matrix
+            arrays: tuple[np.ndarray, ...] = (csr.indptr, csr.indices, csr.data)
+        else:
+            arrays = (np.asarray(z),)
+        parts.append(digest_arrays(np.asarray([layer, *np.shape(z)]), *arrays))
+    return hashlib.sha256(" ".join(parts).encode()).hexdigest()
 
 
 class CircuitLasso:
@@ -46,7 +76,9 @@ class CircuitLasso:
     (``(K,)`` class labels; classification only), ``lam_`` (the label penalty ``lam`` it came to),
     ``regressions_`` (the layer-pair fits made so far), ``circuit_`` (a
     :class:`~circuitlasso.circuits.circuit.Circuit` with nodes ``z{layer}.{feature}`` and edges
-    parent -> child carrying ``coef``).
+    parent -> child carrying ``coef``), ``features_digest_`` (:func:`features_digest` of the
+    ``Z`` it was fitted on). Before ``fit`` they raise :class:`NotFittedError`, so ``hasattr``
+    is False.
     """
 
     def __init__(
@@ -76,6 +108,7 @@ class CircuitLasso:
         if self.layer_pairs not in ("traced", "all"):
             raise ValueError(f"layer_pairs is 'traced' or 'all', got {self.layer_pairs!r}")
         last = max(Z)
+        self.features_digest_ = features_digest(Z)
         self.label_fit_ = fit_label(Z[last], y, self.label_lam_ratio, layer=last, kind=self.kind,
                                     min_prompts=self.min_prompts, device=self.device)  # fmt: skip
         self.regressions_ = tr.LayerRegressions(
@@ -113,9 +146,10 @@ class CircuitLasso:
 
     def predict(self, Z: Mapping[int, Features]) -> np.ndarray:
         """``(M,)`` predicted class labels (classification) or values (regression) from the
-        features ``Z`` (layer -> ``(M, D)``, as for ``fit``; the readout's layer is read)."""
+        features ``Z`` (layer -> ``(M, D)``, as for ``fit``; the readout's layer is read, and
+        must have the ``D`` features of the fit)."""
         fit = self._fitted()
-        return fit.predict(Z[fit.layer])
+        return fit.predict(self._readout_features(fit, Z))
 
     def predict_proba(self, Z: Mapping[int, Features]) -> np.ndarray:
         """``(M, K)`` probability of each class of ``classes_`` (``K = 2`` for a binary target)
@@ -123,7 +157,7 @@ class CircuitLasso:
         fit = self._fitted()
         if fit.kind == "regression":
             raise AttributeError("a CircuitLasso fit on a regression target has no predict_proba")
-        proba = fit.predict_proba(Z[fit.layer])
+        proba = fit.predict_proba(self._readout_features(fit, Z))
         return np.column_stack([1 - proba, proba]) if fit.kind == "binary" else proba
 
     def interpret(
@@ -136,18 +170,66 @@ class CircuitLasso:
     ) -> Circuit:
         """Give every node its ``top_tokens`` (token -> count among its largest activations over
         its ``n_prompts`` top prompts) and every edge its ``type`` (persistence, merging,
-        dropping, other); ``prompts`` are the ones ``fit`` was given, in order."""
+        dropping, other).
+
+        ``prompts`` must be those the features ``fit`` was given were collected on, in the same
+        order: row ``i`` of ``Z`` ranks ``prompts[i]``. Checked, with a ``ValueError`` naming the
+        problem: their number must be the number of rows of ``Z``, ``Z`` must still be what
+        ``fit`` read (its :func:`features_digest`), and ``saes`` must hold an SAE of each layer
+        of the circuit, keyed by the layer of its hook
+        (:func:`~circuitlasso.data.models.check_sae_keys`) and as wide as that layer of ``Z``.
+        The prompts' content is checked where the labels read it, at no extra model run: each
+        node's top prompts run through the model for their per-token values anyway, and those
+        values averaged over a prompt's real tokens must give its ``Z[i, feature]``, as the
+        collector computed it (:func:`~circuitlasso.circuits.interpret.check_token_means`);
+        prompts shuffled or replaced fail there, naming the prompt and both values.
+        """
         self._fitted()
+        prompts = check_prompts(prompts)
         Z = self.regressions_.Z
+        rows = Z[self.label_fit_.layer].shape[0]
+        if len(prompts) != rows:
+            raise ValueError(
+                f"interpret got {len(prompts)} prompts but the features fit was given have "
+                f"{rows} rows, one per prompt: pass the prompts they were collected on, in order"
+            )
+        if features_digest(Z) != self.features_digest_:
+            raise ValueError("the features fit was given were changed since fit: fit again")
+        check_sae_keys(saes)
+        for layer in sorted({int(data["layer"]) for _, data in self.circuit_.nodes(data=True)}):
+            if layer not in saes:
+                raise ValueError(
+                    f"the circuit has layer {layer} but saes has layers {sorted(saes)}"
+                )
+            check_sae_fits(model, saes[layer])
+            if saes[layer].cfg.d_sae != Z[layer].shape[1]:
+                raise ValueError(
+                    f"the SAE of layer {layer} has {saes[layer].cfg.d_sae} features but the "
+                    f"features of layer {layer} have {Z[layer].shape[1]}"
+                )
         tr.interpret_circuit(
             self.circuit_,
             lambda layer, feature: interpret.top_tokens(
-                model, saes[layer], feature, prompts, Z[layer], n_prompts=n_prompts
+                model, saes[layer], feature, prompts, Z[layer], n_prompts=n_prompts, verify=True
             ),
         )
         return self.circuit_
 
     def _fitted(self) -> LabelFit:
         if not hasattr(self, "label_fit_"):
-            raise RuntimeError("this CircuitLasso is not fitted yet: call fit(Z, y) first")
+            raise NotFittedError("this CircuitLasso is not fitted yet: call fit(Z, y) first")
         return self.label_fit_
+
+    @staticmethod
+    def _readout_features(fit: LabelFit, Z: Mapping[int, Features]) -> Features:
+        """``Z``'s features of the readout's layer, checked to have the fit's width."""
+        if fit.layer not in Z:
+            raise ValueError(f"the readout reads layer {fit.layer}; Z has layers {sorted(Z)}")
+        z = Z[fit.layer]
+        shape, width = np.shape(z), len(fit.coef)
+        if len(shape) != 2 or shape[1] != width:
+            raise ValueError(
+                f"the features of layer {fit.layer} have shape {shape}, but the fit read "
+                f"{width} features per prompt"
+            )
+        return z

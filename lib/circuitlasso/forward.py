@@ -19,6 +19,8 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedEncoder, HookedTransformer
 
+from circuitlasso.data.models import check_sae_keys
+
 Hook = tuple[str | Callable[..., Any], Callable[..., Any]]  # TransformerLens forward hook
 Model = HookedTransformer | HookedEncoder
 
@@ -214,8 +216,11 @@ def splice_hooks(
 
     ``real: (B, P)`` bool marks the real tokens; ``ablate[layer]: (D,)`` bool the features set
     to ``means[layer]: (D,)`` at real tokens; ``record[layer]`` receives the (ablated) features
-    ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``.
+    ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``. Each SAE must be keyed by
+    the layer of its hook (:func:`circuitlasso.data.models.check_sae_keys`): the keys choose the
+    ablated features and name the recorded ones, the hook where the SAE is spliced.
     """
+    check_sae_keys(saes)
     ablate = ablate or {}
     hooks: list[Hook] = []
     for layer, sae in saes.items():

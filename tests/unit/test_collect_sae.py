@@ -19,6 +19,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
 from circuitlasso.collect import collect_sae_features
+from circuitlasso.collect.features import model_fingerprint
 from circuitlasso.data import models
 from circuitlasso.data.targets import binary_labels
 from circuitlasso.forward import mean_over_real, real_token_mask
@@ -211,6 +212,85 @@ def test_rerun_loads_from_cache_without_running_the_model(
         model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path, cache_key_parts={"split": "dev"}
     )
     assert forward_calls[0] == 3 + 2 + 3 + 3
+
+
+NEURON = 5  # an MLP neuron the old strided-sample fingerprint never read
+
+
+def cache_entries(root: Path) -> list[str]:
+    results = root / "results"
+    return sorted(p.name for p in results.iterdir()) if results.exists() else []
+
+
+@pytest.mark.parametrize("weight", ["W_in", "W_out"])
+def test_editing_one_mlp_neuron_is_a_new_entry_with_new_features(
+    model: HookedTransformer,
+    saes: dict[int, SAE],
+    tmp_path: Path,
+    forward_calls: list[int],
+    weight: str,
+) -> None:
+    first = collect_sae_features(model, saes, PROMPTS, batch_size=4, cache_dir=tmp_path)
+    param = getattr(model.blocks[0].mlp, weight)  # W_in: (d_model, d_mlp), W_out: (d_mlp, d_model)
+    index = (slice(None), NEURON) if weight == "W_in" else (NEURON,)
+    original = param[index].clone()
+    try:
+        with torch.no_grad():
+            param[index] = torch.randn(original.shape, generator=torch.Generator().manual_seed(3))
+        edited = collect_sae_features(model, saes, PROMPTS, batch_size=4, cache_dir=tmp_path)
+        assert forward_calls[0] == 2 + 2  # computed again, not loaded
+        expected = reference(model, saes[0], PROMPTS)
+    finally:
+        with torch.no_grad():
+            param[index] = original
+    assert len(cache_entries(tmp_path)) == 2
+    assert np.abs(expected - first[0].toarray()).max() > 1e-2  # stale features would be wrong
+    np.testing.assert_allclose(edited[0].toarray(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_model_fingerprint_covers_every_buffer(model: HookedTransformer) -> None:
+    before = model_fingerprint(model)
+    ignore = model.blocks[2].attn.IGNORE  # a buffer, not a parameter
+    original = ignore.clone()
+    try:
+        ignore.fill_(-123.0)
+        assert model_fingerprint(model) != before
+    finally:
+        ignore.copy_(original)
+    assert model_fingerprint(model) == before
+
+
+def test_editing_one_sae_decoder_row_is_a_new_entry(
+    model: HookedTransformer, tmp_path: Path, forward_calls: list[int]
+) -> None:
+    sae = standard_sae("blocks.0.hook_resid_post")
+    collect_sae_features(model, {0: sae}, PROMPTS, batch_size=4, cache_dir=tmp_path)
+    with torch.no_grad():
+        sae.W_dec[2] += 0.5  # a row that a strided sample of W_dec (96 x 32) would miss
+    collect_sae_features(model, {0: sae}, PROMPTS, batch_size=4, cache_dir=tmp_path)
+    assert forward_calls[0] == 2 + 2
+    assert len(cache_entries(tmp_path)) == 2
+
+
+def test_cache_false_neither_reads_nor_writes_the_cache(
+    model: HookedTransformer,
+    saes: dict[int, SAE],
+    tmp_path: Path,
+    forward_calls: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "root"))
+    cached = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path / "dir")
+    files = sorted(tmp_path.rglob("*"))
+    assert len(files) > 1 and not (tmp_path / "root").exists()
+    for cache_dir in (tmp_path / "dir", None):
+        fresh = collect_sae_features(
+            model, saes, PROMPTS, batch_size=3, cache=False, cache_dir=cache_dir
+        )
+        for layer in saes:
+            assert (fresh[layer] != cached[layer]).nnz == 0
+    assert forward_calls[0] == 3 * 3  # the cached batches are computed again, not read
+    assert sorted(tmp_path.rglob("*")) == files  # nothing written, not even a folder
 
 
 def test_default_cache_dir_is_the_cache_root(

@@ -7,8 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
-from circuitlasso.estimator import CircuitLasso
+from circuitlasso.circuits.interpret import top_tokens
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.data.toyworld.datasets import load_toy_cola
+from circuitlasso.estimator import CircuitLasso, NotFittedError, features_digest
 
 M, D = 400, 12
 PLANTED = [1, 4]  # features of the last layer that carry the target
@@ -114,3 +119,106 @@ def test_all_layer_pairs_give_the_traced_circuit(layers) -> None:
         assert full.circuit_.edges[parent, child]["coef"] == pytest.approx(data["coef"], abs=1e-3)
     with pytest.raises(ValueError, match="layer_pairs is 'traced' or 'all'"):
         CircuitLasso(layer_pairs="some").fit(layers, y)
+
+
+def test_fitted_attributes_are_missing_before_fit(layers) -> None:
+    estimator = CircuitLasso()
+    for name in ("coef_", "intercept_", "classes_", "lam_", "features_digest_"):
+        assert not hasattr(estimator, name), name
+    with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
+        estimator.coef_  # noqa: B018
+    with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
+        estimator.predict(layers)
+    assert issubclass(NotFittedError, SklearnNotFittedError)
+    assert issubclass(NotFittedError, RuntimeError)  # what an unfitted estimator raised before
+
+
+def test_predict_wants_the_fitted_width(layers) -> None:
+    y = (layers[2].toarray()[:, 1] > 0).astype(int)
+    estimator = CircuitLasso(0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    narrow = {**layers, 2: layers[2][:, :-1]}
+    with pytest.raises(ValueError, match=rf"layer 2 have shape \({M}, {D - 1}\), but the fit read"):
+        estimator.predict(narrow)
+    with pytest.raises(ValueError, match="features per prompt"):
+        estimator.predict_proba(narrow)
+    with pytest.raises(ValueError, match=r"the readout reads layer 2; Z has layers \[0, 1\]"):
+        estimator.predict({0: layers[0], 1: layers[1]})
+    assert estimator.features_digest_ == features_digest(layers)
+    assert features_digest({**layers, 2: layers[2] * 2}) != estimator.features_digest_
+
+
+# ---------------------------------------------------------------- interpret on the toy world
+
+N_TOY = 200
+TOY_LAYERS = [2, 3]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The toy model, its SAEs of layers 2 and 3, ``N_TOY`` training sentences and a
+    ``CircuitLasso`` fitted on their features."""
+    model = load_model("toy")
+    saes = load_saes("toy", TOY_LAYERS, model=model)
+    train = load_toy_cola("train")
+    prompts = list(train["sentence"][:N_TOY])
+    cache_dir = tmp_path_factory.mktemp("cache")
+    Z = collect_sae_features(model, saes, prompts, batch_size=50, cache_dir=cache_dir,
+                             progress=False)  # fmt: skip
+    y = np.asarray(train["label"][:N_TOY])
+    estimator = CircuitLasso(0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=5).fit(Z, y)
+    other = list(train["sentence"][N_TOY : 2 * N_TOY])
+    return {"model": model, "saes": saes, "prompts": prompts, "other": other, "Z": Z, "y": y,
+            "estimator": estimator}  # fmt: skip
+
+
+def test_interpret_labels_the_nodes_from_the_prompts_of_the_features(toy) -> None:
+    estimator, model, saes, prompts = (toy[k] for k in ("estimator", "model", "saes", "prompts"))
+    circuit = estimator.interpret(model, saes, prompts, n_prompts=10)
+    assert len(circuit) > 0
+    for _, data in circuit.nodes(data=True):
+        layer, feature = data["layer"], data["feature"]
+        expected = top_tokens(model, saes[layer], feature, prompts, toy["Z"][layer], n_prompts=10)
+        assert expected  # every traced feature is active on some prompts
+        assert data["top_tokens"] == dict(expected.most_common(5))
+
+
+def test_interpret_refuses_prompts_out_of_order_or_others(toy) -> None:
+    estimator, model, saes, prompts = (toy[k] for k in ("estimator", "model", "saes", "prompts"))
+    shuffled = [prompts[i] for i in np.random.default_rng(0).permutation(len(prompts))]
+    match = r"prompt \d+ is not the prompt the features were collected on: .* but Z\[\d+, \d+\] is"
+    with pytest.raises(ValueError, match=match):
+        estimator.interpret(model, saes, shuffled, n_prompts=10)
+    with pytest.raises(ValueError, match=match):
+        estimator.interpret(model, saes, toy["other"], n_prompts=10)
+    # without the check the shuffled prompts would label the nodes with other sentences' tokens
+    layer, feature = next(
+        (d["layer"], d["feature"]) for _, d in estimator.circuit_.nodes(data=True)
+    )
+    right = top_tokens(model, saes[layer], feature, prompts, toy["Z"][layer], n_prompts=10)
+    wrong = top_tokens(model, saes[layer], feature, shuffled, toy["Z"][layer], n_prompts=10)
+    assert right != wrong
+
+
+def test_interpret_refuses_a_wrong_number_of_prompts(toy) -> None:
+    estimator, model, saes, prompts = (toy[k] for k in ("estimator", "model", "saes", "prompts"))
+    with pytest.raises(ValueError, match=f"interpret got {N_TOY - 1} prompts but .* {N_TOY} rows"):
+        estimator.interpret(model, saes, prompts[:-1])
+    with pytest.raises(ValueError, match=f"interpret got {N_TOY + 1} prompts"):
+        estimator.interpret(model, saes, [*prompts, prompts[0]])
+
+
+def test_interpret_refuses_an_sae_under_the_wrong_layer(toy) -> None:
+    estimator, model, saes, prompts = (toy[k] for k in ("estimator", "model", "saes", "prompts"))
+    swapped = {2: saes[3], 3: saes[2]}
+    with pytest.raises(ValueError, match=r"layer key 2 reads hook 'blocks\.3\.hook_resid_post'"):
+        estimator.interpret(model, swapped, prompts)
+    with pytest.raises(ValueError, match=r"the circuit has layer 2 but saes has layers \[3\]"):
+        estimator.interpret(model, {3: saes[3]}, prompts)
+
+
+def test_interpret_refuses_features_changed_since_fit(toy) -> None:
+    Z = {layer: z.copy() for layer, z in toy["Z"].items()}
+    estimator = CircuitLasso(0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=5).fit(Z, toy["y"])
+    Z[3].data *= 2  # in place: the estimator holds these matrices
+    with pytest.raises(ValueError, match="the features fit was given were changed since fit"):
+        estimator.interpret(toy["model"], toy["saes"], toy["prompts"])

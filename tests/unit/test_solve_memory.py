@@ -56,10 +56,10 @@ def test_dense_gram_is_built_in_the_precision_that_fits():
     reference = (X.T @ X).toarray()
     p = X.shape[1]
     for gram_bytes, dtype in [(8 * p * p, torch.float64), (8 * p * p - 1, torch.float32)]:
-        problem = SparseProblem(x, None, y_t, gram_bytes)
+        problem = SparseProblem(x, None, y_t, gram_bytes, torch.float64)
         assert problem.G is not None and problem.G.dtype == dtype
         assert np.abs(problem.G.double().numpy() - reference).max() <= 1e-6 * reference.max()
-    assert SparseProblem(x, None, y_t, 4 * p * p - 1).G is None
+    assert SparseProblem(x, None, y_t, 4 * p * p - 1, torch.float64).G is None
 
 
 def test_a_budget_too_small_for_the_problem_is_refused_before_any_work():

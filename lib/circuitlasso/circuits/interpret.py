@@ -88,6 +88,55 @@ class Activation:
     mean: float
 
 
+def _top_rows(
+    prompts: Sequence[str], Z: Features, feature: int, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``Z[:, feature]: (M,)`` and the rows of its ``n`` largest positive values, largest first."""
+    if Z.shape[0] != len(prompts):
+        raise ValueError(f"Z has {Z.shape[0]} rows but there are {len(prompts)} prompts")
+    column = np.asarray(Z[:, feature].toarray()).ravel()
+    order = np.argsort(-column, kind="stable")[:n]
+    return column, order[column[order] > 0]
+
+
+MEAN_RTOL = 1e-3
+"""Relative tolerance of :func:`check_token_means` for float32 models and SAEs (looser for
+half-precision ones, see there)."""
+
+
+def check_token_means(
+    model: Model,
+    sae: SAE,
+    feature: int,
+    column: np.ndarray,
+    rows: np.ndarray,
+    values: Sequence[np.ndarray],
+) -> None:
+    """Raise ``ValueError`` unless each prompt's per-token ``values[j]`` of ``feature`` (at its
+    real tokens, from :func:`token_values`), averaged, give ``column[rows[j]]``: the value the
+    collector stored for that prompt (:func:`~circuitlasso.collect.collect_sae_features` averages
+    the same values over the same tokens). A prompt that does not is not the prompt of that row
+    of ``Z``: other prompts, or the right ones in another order.
+
+    Tolerance: ``|mean - z| <= rtol * |z| + rtol * 1e-2 * max(column)``, ``rtol`` =
+    :data:`MEAN_RTOL` for float32, ``16 * eps`` of the model's or the SAE's dtype if coarser
+    (bfloat16: 0.125), room for the sums of another batch's shapes.
+    """
+    eps = max(torch.finfo(model.cfg.dtype).eps, torch.finfo(sae.W_enc.dtype).eps)
+    rtol = max(MEAN_RTOL, 16 * eps)
+    atol = rtol * 1e-2 * float(np.max(column, initial=0.0))
+    for row, vals in zip(rows, values, strict=True):
+        expected = float(column[row])
+        recomputed = float(np.mean(vals, dtype=np.float64)) if len(vals) else float("nan")
+        if not abs(recomputed - expected) <= rtol * abs(expected) + atol:
+            raise ValueError(
+                f"prompt {int(row)} is not the prompt the features were collected on: feature "
+                f"{feature} of the SAE on {sae.cfg.metadata.hook_name!r} averages "
+                f"{recomputed:.6g} over its real tokens, but Z[{int(row)}, {feature}] is "
+                f"{expected:.6g}; pass the prompts Z was collected on, in the same order"
+            )
+
+
 def top_activations(
     model: Model,
     sae: SAE,
@@ -95,17 +144,19 @@ def top_activations(
     prompts: Sequence[str],
     Z: Features,
     n: int = 8,
+    *,
+    verify: bool = False,
 ) -> list[Activation]:
     """The ``n`` prompts with the largest token-averaged activation ``Z[:, feature]`` (``Z: (M,
     D)`` from the collector; prompts where it is zero left out), largest first, with the
-    feature's value at each real token."""
-    if Z.shape[0] != len(prompts):
-        raise ValueError(f"Z has {Z.shape[0]} rows but there are {len(prompts)} prompts")
-    column = np.asarray(Z[:, feature].toarray()).ravel()
-    order = np.argsort(-column, kind="stable")[:n]
-    order = order[column[order] > 0]
+    feature's value at each real token. ``verify``: check that these prompts are the rows of
+    ``Z`` they stand for (:func:`check_token_means`, at no extra cost: the per-token values are
+    computed anyway); off by default, as ``Z`` may also be any ranking of the prompts."""
+    column, order = _top_rows(prompts, Z, feature, n)
     tokens = [prompt_ids(model, prompts[i]) for i in order]
     values = token_values(model, sae, feature, tokens)
+    if verify:
+        check_token_means(model, sae, feature, column, order, values)
     return [
         Activation(int(i), [w.strip() for w in _words(model, ids)], vals, float(column[i]))
         for i, ids, vals in zip(order, tokens, values, strict=True)
@@ -119,10 +170,12 @@ def top_prompts(
     prompts: Sequence[str],
     Z: Features,
     n: int = 8,
+    *,
+    verify: bool = False,
 ) -> pd.DataFrame:
     """Multi-prompt table: the ``n`` prompts with the largest token-averaged activation
     ``Z[:, feature]`` (``Z: (M, D)`` from the collector), with per-token values
-    (:func:`top_activations`).
+    (:func:`top_activations`, ``verify`` as there).
 
     Columns: ``prompt`` (most active token in [brackets]), ``value`` (token-averaged),
     ``per_token`` (values at the real tokens, rounded), ``top_token``.
@@ -134,7 +187,7 @@ def top_prompts(
             "per_token": tuple(np.round(top.values, 3).tolist()),
             "top_token": top.tokens[int(np.argmax(top.values))],
         }
-        for top in top_activations(model, sae, feature, prompts, Z, n)
+        for top in top_activations(model, sae, feature, prompts, Z, n, verify=verify)
     ]
     return pd.DataFrame(rows, columns=["prompt", "value", "per_token", "top_token"])
 
@@ -148,16 +201,26 @@ def top_tokens(
     *,
     n_prompts: int = 50,
     n_activations: int = 20,
+    verify: bool = False,
 ) -> Counter[str]:
     """How often each token is among the feature's ``n_activations`` largest per-token
-    activations over its ``n_prompts`` top prompts (by ``Z[:, feature]``)."""
-    column = np.asarray(Z[:, feature].toarray()).ravel()
-    order = np.argsort(-column, kind="stable")[:n_prompts]
-    order = order[column[order] > 0]
+    activations over its ``n_prompts`` top prompts (by ``Z[:, feature]``; ``Z: (M, D)`` has one
+    row per prompt).
+
+    ``verify``: check that the top prompts are those whose rows of ``Z`` ranked them, i.e. that
+    ``prompts`` are the ones ``Z`` was collected on, in order (:func:`check_token_means`: each top
+    prompt's per-token values, computed here anyway, must average to its ``Z[i, feature]``);
+    a ``ValueError`` names the first prompt that does not. It costs no model run beyond the one
+    made for the labels, and checks exactly the prompts whose tokens the labels count. Off by
+    default, as ``Z`` may also be any ranking of the prompts.
+    """
+    column, order = _top_rows(prompts, Z, feature, n_prompts)
     if len(order) == 0:
         return Counter()
     tokens = [prompt_ids(model, prompts[i]) for i in order]
     values = token_values(model, sae, feature, tokens)
+    if verify:
+        check_token_means(model, sae, feature, column, order, values)
     words = np.concatenate([np.array(_words(model, ids), dtype=object) for ids in tokens])
     flat = np.concatenate(values)
     best = np.argsort(-flat, kind="stable")[:n_activations]

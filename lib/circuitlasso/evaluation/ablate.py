@@ -62,7 +62,7 @@ from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit
 from circuitlasso.circuits.trace import LayerRegressions, feature_std, node_name
 from circuitlasso.data.graph import Edge
-from circuitlasso.data.models import check_sae_fits
+from circuitlasso.data.models import check_sae_fits, check_sae_keys
 from circuitlasso.evaluation.attribution import integrated_gradients
 from circuitlasso.forward import (
     mean_over_real,
@@ -97,6 +97,7 @@ def _signs(labels: Sequence[int] | None, n: int) -> np.ndarray:
 def _check(model: HookedTransformer, saes: Mapping[int, SAE], label_fit: LabelFit | None) -> None:
     if not saes:
         raise ValueError("saes is empty: need at least one {layer: SAE}")
+    check_sae_keys(saes)
     for sae in saes.values():
         check_sae_fits(model, sae)
     if label_fit is not None and label_fit.layer not in saes:

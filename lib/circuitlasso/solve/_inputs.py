@@ -33,6 +33,7 @@ def as_matrix(
     for a wrong number of dimensions, an empty matrix, a non-numeric dtype or NaN/inf entries.
     """
     if sp.issparse(a):
+        source = torch.as_tensor(sp.csr_matrix(a).data)
         out = csr_from_scipy(sp.csr_matrix(a), dtype, device)
         was_1d = False
     elif isinstance(a, Tensor) and a.layout != torch.strided:
@@ -44,10 +45,11 @@ def as_matrix(
             (coo.values().detach().cpu().numpy(), (rows.cpu().numpy(), cols.cpu().numpy())),
             shape=tuple(a.shape),
         )
+        source = coo.values()
         out = csr_from_scipy(scipy_csr, dtype, device)
         was_1d = False
     else:
-        dense = a.detach() if isinstance(a, Tensor) else torch.as_tensor(np.asarray(a))
+        dense = a.detach() if isinstance(a, Tensor) else _numeric_tensor(a, name)
         if dense.dtype == torch.bool or dense.is_complex() or not _is_numeric(dense):
             raise ValueError(f"{name} must hold real numbers, got dtype {dense.dtype}")
         was_1d = dense.dim() == 1
@@ -56,13 +58,28 @@ def as_matrix(
         if dense.dim() != 2:
             expected = "1-D or 2-D" if allow_1d else "2-D"
             raise ValueError(f"{name} must be {expected}, got shape {tuple(dense.shape)}")
+        source = dense
         out = dense.to(device=device, dtype=dtype).contiguous()
     if out.shape[0] == 0 or out.shape[1] == 0:
         raise ValueError(
             f"{name} is empty (shape {tuple(out.shape)}): need at least one observation and column"
         )
-    _check_finite(out, name)
+    _check_finite(out, name, source)
     return out, was_1d
+
+
+def _numeric_tensor(a: Any, name: str) -> Tensor:
+    """A numpy array or nested lists as a tensor; ValueError naming `name` unless it holds real
+    numbers (an object array is converted to float64 where every entry is a number)."""
+    array = np.asarray(a)
+    if array.dtype.kind == "O":
+        try:
+            array = array.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must hold real numbers, got non-numeric entries") from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers, got dtype {array.dtype}")
+    return torch.as_tensor(array)
 
 
 def _is_numeric(t: Tensor) -> bool:
@@ -75,17 +92,24 @@ def _is_numeric(t: Tensor) -> bool:
     )
 
 
-def _check_finite(a: Tensor, name: str) -> None:
+def _check_finite(a: Tensor, name: str, source: Tensor) -> None:
+    """ValueError naming `name` and the first bad column if `a` holds NaN or inf: entries of the
+    input `source`, or finite ones beyond the range of `a`'s dtype."""
     if a.layout == torch.sparse_csr:
         bad = ~torch.isfinite(a.values())
-        if bool(bad.any()):
-            column = int(a.col_indices()[bad].min())
-            raise ValueError(f"{name} has NaN or inf entries (first bad column: {column})")
+        column = int(a.col_indices()[bad].min()) if bool(bad.any()) else -1
+    else:
+        bad_columns = (~torch.isfinite(a)).any(dim=0)
+        column = int(bad_columns.nonzero()[0, 0]) if bool(bad_columns.any()) else -1
+    if column < 0:
         return
-    bad_columns = (~torch.isfinite(a)).any(dim=0)
-    if bool(bad_columns.any()):
-        column = int(bad_columns.nonzero()[0, 0])
-        raise ValueError(f"{name} has NaN or inf entries (first bad column: {column})")
+    if bool(torch.isfinite(source).all()):
+        largest = float(source.abs().max())
+        raise ValueError(
+            f"{name} has entries up to {largest:.3g} in magnitude, beyond the range of "
+            f"{a.dtype} (first such column: {column}): rescale {name} or pass dtype=torch.float64"
+        )
+    raise ValueError(f"{name} has NaN or inf entries (first bad column: {column})")
 
 
 def check_rows(x_rows: int, y: Tensor, name: str) -> None:

@@ -100,10 +100,16 @@ def csr_transpose(csr: Tensor) -> Tensor:
     return _csr_of(*_coo(csr, transpose=True), (csr.shape[1], csr.shape[0]))
 
 
-def row_sq_sums(csr: Tensor) -> Tensor:
-    """(n,) float64 sum of squares of each row of a CSR (n, m) tensor."""
+def row_sq_sums(csr: Tensor, center: Tensor | None = None) -> Tensor:
+    """(n,) float64 sum of squares of each row of a CSR (n, m) tensor, minus `center` (n,)
+    when given: sum_k (a_ik - c_i)^2, summed term by term (no cancellation of two large sums)."""
+    rows = row_ids(csr)
     out = torch.zeros(csr.shape[0], dtype=torch.float64, device=csr.values().device)
-    return out.index_add_(0, row_ids(csr), csr.values().double() ** 2)
+    if center is None:
+        return out.index_add_(0, rows, csr.values().double() ** 2)
+    out.index_add_(0, rows, (csr.values().double() - center[rows]) ** 2)
+    zeros = csr.shape[1] - (csr.crow_indices()[1:] - csr.crow_indices()[:-1])
+    return out + zeros * center**2
 
 
 def row_sums(csr: Tensor) -> Tensor:

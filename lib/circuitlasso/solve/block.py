@@ -144,10 +144,10 @@ class _SharedDesign:
         inverse = torch.where(self.norms > 0, 1 / self.norms, torch.zeros_like(self.norms))
         if self.sparse:
             self.x_t = csr_transpose(x)
-            self.xs_t = csr_transpose(scaled_sparse(x, self.norms))
-            self.mu = (self.mean * inverse).to(x.dtype)
+            self.xs_t = csr_transpose(scaled_sparse(x.to(torch.float64), self.norms))
+            self.mu = self.mean * inverse
         else:
-            self.xc = (x - self.mean.to(x.dtype)) * inverse.to(x.dtype)
+            self.xc = (x.double() - self.mean) * inverse
             self.gram = self.xc.t() @ self.xc if self.N**2 <= GRAM_MAX_ENTRIES else None
 
     def problem(self, predictors: Tensor, targets: Tensor) -> LassoProblem:
@@ -156,15 +156,15 @@ class _SharedDesign:
             x_pred = csr_transpose(csr_rows(self.xs_t, predictors))
             mu = self.mu[predictors] if self.fit_intercept else None
             gram_bytes = gram_share(self.memory)
-            return SparseProblem(x_pred, mu, csr_rows(self.x_t, targets), gram_bytes)
+            targets_t = csr_rows(self.x_t, targets)
+            return SparseProblem(x_pred, mu, targets_t, gram_bytes, self.x.dtype)
         if self.gram is not None:
-            cross_t = (
-                self.gram[targets][:, predictors] * self.norms[targets].to(self.x.dtype)[:, None]
-            )
+            cross_t = self.gram[targets][:, predictors] * self.norms[targets][:, None]
             yty = self.norms[targets] ** 2
-            return GramProblem(self.gram[predictors][:, predictors], cross_t, yty, self.M)
-        y_t = (self.xc[:, targets] * self.norms[targets].to(self.x.dtype)).t().contiguous()
-        return DenseProblem(self.xc[:, predictors], y_t)
+            gram = self.gram[predictors][:, predictors]
+            return GramProblem(gram, cross_t, yty, self.M, self.x.dtype)
+        y_t = (self.xc[:, targets] * self.norms[targets]).t().contiguous()
+        return DenseProblem(self.xc[:, predictors], y_t, self.x.dtype)
 
 
 def block_lasso(

@@ -28,10 +28,13 @@ def duality_gap(rr: Tensor, yr: Tensor, l1: Tensor, s_max: Tensor) -> tuple[Tens
 
     rr = ||r||^2/M, yr = <y_c, r>/M, l1 = sum_k w_k |b_k|, s_max = largest s for which s*r is
     dual feasible (|x~_k^T s r|/M <= w_k for all k). The dual point is s*r with s the best
-    feasible step along r: s = min(s_max, yr/rr). Returns (gap, primal), each (B,) float64.
+    feasible step along r: s = yr/rr clipped to [-s_max, s_max] (a residual anti-correlated with
+    y_c gives a negative step, which feasibility bounds from below too). Returns (gap, primal),
+    each (B,) float64.
     """
     primal = rr / 2 + l1
-    s = torch.minimum(s_max, torch.where(rr > 0, yr / rr.clamp_min(1e-300), s_max))
+    s = torch.where(rr > 0, yr / rr.clamp_min(1e-300), s_max)
+    s = torch.maximum(torch.minimum(s, s_max), -s_max)
     dual = s * yr - s * s * rr / 2
     return (primal - dual).clamp_min(0.0), primal
 

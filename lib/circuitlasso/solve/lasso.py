@@ -26,8 +26,12 @@ class LassoResult:
 
     coef: (p, d) dense tensor for dense X, sparse COO tensor for sparse X; (p,) for 1-D y.
     intercept, gap, objective, lam: (d,) float64; n_iter: (d,) FISTA iterations; converged: (d,)
-    bool. gap is the certified duality gap in objective units (the mean-scaled objective);
-    an output is converged when gap <= tol * ||y_c||^2 / M (stop="gap").
+    bool. gap is the certified duality gap in objective units (the mean-scaled objective) of
+    the coefficients returned, on X and Y as read in the solve's dtype, computed in float64 (up
+    to float64 rounding; with dtype float32 the coefficients are then rounded to float32); an
+    output is converged when gap <= tol * ||y_c||^2 / M (stop="gap"), or, with
+    stop="objective", when its objective stalled with no KKT violator (never when max_iter cut
+    it short). With no usable predictor (every column constant) b = 0 is exact: gap 0.
     """
 
     coef: Tensor

@@ -23,7 +23,7 @@ from circuitlasso.solve.problems import (
 )
 
 GRAM_MAX_ENTRIES = 2**28
-"""Largest dense p x p Gram kept in memory (1 GiB in float32)."""
+"""Largest dense p x p Gram kept in memory (2 GiB in float64)."""
 
 
 @dataclass
@@ -47,17 +47,26 @@ class Prepared:
 def column_stats(x: Tensor, fit_intercept: bool) -> tuple[Tensor, Tensor]:
     """(p,) float64 column means (zeros without intercept) and centered l2 norms of x (M, p).
 
-    Norms that cancellation leaves at rounding level (constant columns) are set to exactly 0.
+    Each column is divided by its largest absolute entry before it is squared, so that neither
+    huge entries (1e200 squared overflows float64) nor tiny ones (1e-200 squared underflows)
+    make a column look constant. Norms that cancellation leaves at rounding level (constant
+    columns) are set to exactly 0.
     """
-    M = x.shape[0]
+    M, p = x.shape
     if x.layout == torch.sparse_csr:
-        sums, squares = column_sums(x), column_sums(x, 2)
+        values, columns = x.values().double(), x.col_indices()
+        zeros = torch.zeros(p, dtype=torch.float64, device=values.device)
+        scale = zeros.scatter_reduce(0, columns, values.abs(), "amax")
+        unit = values / scale[columns]
+        sums, squares = zeros.index_add(0, columns, unit), zeros.index_add(0, columns, unit**2)
     else:
-        sums, squares = x.double().sum(0), (x.double() ** 2).sum(0)
+        scale = x.double().abs().amax(0)
+        unit = x.double() / torch.where(scale > 0, scale, torch.ones_like(scale))
+        sums, squares = unit.sum(0), (unit**2).sum(0)
     mean = sums / M if fit_intercept else torch.zeros_like(sums)
     norm_sq = squares - M * mean**2
     norm_sq = torch.where(norm_sq > 1e-12 * squares, norm_sq, torch.zeros_like(norm_sq))
-    return mean, norm_sq.sqrt()
+    return mean * scale, norm_sq.sqrt() * scale
 
 
 def prepare(
@@ -87,11 +96,15 @@ def prepare(
     if x.layout == torch.sparse_csr:
         x_t = csr_transpose(x)
         x_kept = x if keep.numel() == x.shape[1] else csr_transpose(csr_rows(x_t, keep))
-        mu = (x_mean[keep] / norms[keep]).to(dtype) if fit_intercept else None
-        x_scaled = scaled_sparse(x_kept, norms[keep])
-        problem: LassoProblem = SparseProblem(x_scaled, mu, _rows_of(y), gram_bytes)
+        mu = x_mean[keep] / norms[keep] if fit_intercept else None
+        x_scaled = scaled_sparse(x_kept.to(torch.float64), norms[keep])
+        problem: LassoProblem = SparseProblem(x_scaled, mu, _rows_of(y), gram_bytes, dtype)
     else:
         problem = dense_problem(x[:, keep], norms[keep], x_mean[keep], _dense(y), y_mean)
+    if not bool(torch.isfinite(problem.yty).all()):
+        raise ValueError(
+            f"Y's squares overflow float64 (largest |Y| entry {_largest(y):.3g}): rescale Y"
+        )
     return Prepared(
         problem, keep, norms[keep], x_mean, y_mean, x.shape[1], x.layout == torch.sparse_csr, was_1d
     )
@@ -100,16 +113,22 @@ def prepare(
 def dense_problem(
     x: Tensor, norms: Tensor, x_mean: Tensor, y: Tensor, y_mean: Tensor
 ) -> LassoProblem:
-    """Gram or dense problem for dense x (M, p) with nonzero `norms`, and dense targets y (M, d)."""
+    """Gram or dense problem for dense x (M, p) with nonzero `norms`, and dense targets y (M, d),
+    built in float64 from x and y as given (see `problems`)."""
     M, p = x.shape
-    x_scaled = (x - x_mean.to(x.dtype)) / norms.to(x.dtype)
-    y_centered = y - y_mean.to(y.dtype)
+    x_scaled = (x.double() - x_mean) / norms
+    y_centered = y.double() - y_mean
     if p * p <= GRAM_MAX_ENTRIES and (p <= 2048 or p <= M):
         gram = x_scaled.t() @ x_scaled
         cross_t = y_centered.t() @ x_scaled
-        yty = (y_centered.double() ** 2).sum(0)
-        return GramProblem(gram, cross_t, yty, M)
-    return DenseProblem(x_scaled, y_centered.t().contiguous())
+        yty = (y_centered**2).sum(0)
+        return GramProblem(gram, cross_t, yty, M, x.dtype)
+    return DenseProblem(x_scaled, y_centered.t().contiguous(), x.dtype)
+
+
+def _largest(y: Tensor) -> float:
+    values = y.values() if y.layout == torch.sparse_csr else y
+    return float(values.abs().max()) if values.numel() else 0.0
 
 
 def _column_means(y: Tensor) -> Tensor:
@@ -129,9 +148,9 @@ def _dense(y: Tensor) -> Tensor:
 
 def check_lam(lam: object, prepared: Prepared) -> Tensor:
     """(d,) float64 penalty per output, on the problem's device; > 0 wherever the centered
-    target is nonzero."""
+    target is nonzero and some predictor can enter (with none, b = 0 is exact at any lam)."""
     lam_t = per_output(lam, prepared.problem.n_outputs, "lam").to(prepared.keep.device)
-    zero = (lam_t == 0) & (prepared.problem.yty > 0)
+    zero = (lam_t == 0) & (prepared.problem.yty > 0) & (prepared.problem.n_features > 0)
     if bool(zero.any()):
         raise ValueError(
             f"lam must be > 0 for outputs with a nonzero target (output {int(zero.nonzero()[0, 0])}"

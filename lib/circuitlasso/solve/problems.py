@@ -17,6 +17,9 @@ working-set size K (`gram_bytes`), so that the engine can size batches by a memo
     computed by one block-diagonal sparse product per batch of outputs; a gradient is X~^T R over
     the batch's residuals R, a sparse product when R is mostly zeros.
   - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
+Every problem holds its data and computes its products in float64 (the data as read in the
+solve's dtype, scaled in float64), so that the certificate is the duality gap of that data: near
+an exact fit, ||r||^2 = ||y_c||^2 - 2 c^T b + b^T G b cancels to far below float32's rounding.
 """
 
 from __future__ import annotations
@@ -102,24 +105,27 @@ def _dense_from_padded(W: Tensor, b: Tensor, p: int) -> Tensor:
 
 
 class GramProblem:
-    """Problem given by G = X~^T X~ (p, p), C^T = Y_c^T X~ (d, p) and ||y_c||^2 (d,)."""
+    """Problem given by G = X~^T X~ (p, p), C^T = Y_c^T X~ (d, p) and ||y_c||^2 (d,), held in
+    float64; `dtype` is the precision of the coefficients between rounds and returned."""
 
-    def __init__(self, gram: Tensor, cross_t: Tensor, yty: Tensor, n_obs: int) -> None:
-        self.G, self.Ct, self.yty = gram.contiguous(), cross_t, yty
+    def __init__(
+        self, gram: Tensor, cross_t: Tensor, yty: Tensor, n_obs: int, dtype: torch.dtype
+    ) -> None:
+        self.G, self.Ct, self.yty = gram.double().contiguous(), cross_t.double(), yty.double()
         self.n_obs = n_obs
         self.n_features = gram.shape[0]
         self.n_outputs = cross_t.shape[0]
-        self.dtype = gram.dtype
+        self.dtype = dtype
         self.held_bytes = _nbytes(gram) + _nbytes(cross_t)
 
     def gram(self, W: Tensor) -> Tensor:
         return gram_blocks(self.G, W)
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        c = self.Ct[cols]
+        c, b = self.Ct[cols], b.double()
         Gb = _dense_from_padded(W, b, self.n_features) @ self.G
-        cb = (c.gather(1, W).double() * b.double()).sum(1)
-        bGb = (Gb.gather(1, W).double() * b.double()).sum(1)
+        cb = (c.gather(1, W) * b).sum(1)
+        bGb = (Gb.gather(1, W) * b).sum(1)
         yty = self.yty[cols]
         return c - Gb, yty - 2 * cb + bGb, yty - cb
 
@@ -131,15 +137,15 @@ class GramProblem:
 
 
 class DenseProblem:
-    """Dense X~ (M, p) kept in memory; Gram blocks are gathered from its columns."""
+    """Dense X~ (M, p) kept in memory in float64; Gram blocks are gathered from its columns."""
 
-    def __init__(self, x_scaled: Tensor, y_centered_t: Tensor) -> None:
-        self.Xt = x_scaled.t().contiguous()  # (p, M)
-        self.Yt = y_centered_t  # (d, M)
-        self.yty = (y_centered_t.double() ** 2).sum(1)
+    def __init__(self, x_scaled: Tensor, y_centered_t: Tensor, dtype: torch.dtype) -> None:
+        self.Xt = x_scaled.t().double().contiguous()  # (p, M)
+        self.Yt = y_centered_t.double()  # (d, M)
+        self.yty = (self.Yt**2).sum(1)
         self.n_features, self.n_obs = self.Xt.shape
         self.n_outputs = y_centered_t.shape[0]
-        self.dtype = x_scaled.dtype
+        self.dtype = dtype
         self.held_bytes = _nbytes(self.Xt) + _nbytes(self.Yt)
 
     def gram(self, W: Tensor) -> Tensor:
@@ -148,9 +154,9 @@ class DenseProblem:
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         y = self.Yt[cols]
-        r = y - _dense_from_padded(W, b, self.n_features) @ self.Xt
-        rr = (r.double() ** 2).sum(1)
-        yr = (y.double() * r.double()).sum(1)
+        r = y - _dense_from_padded(W, b.double(), self.n_features) @ self.Xt
+        rr = (r**2).sum(1)
+        yr = (y * r).sum(1)
         return r @ self.Xt.t(), rr, yr
 
     def gradient_bytes(self) -> int:
@@ -165,7 +171,8 @@ class SparseProblem:
 
     x_scaled: (M, p) CSR of the scaled uncentered columns X_s; mu: (p,) column means of X_s or
     None (no intercept); y_t: (d, M) targets as CSR rows or dense rows, uncentered;
-    gram_bytes: the most memory a dense Gram of the scaled columns may take.
+    gram_bytes: the most memory a dense Gram of the scaled columns may take; dtype: the
+    precision of the coefficients between rounds and returned.
     Products run in float64 whatever the inputs' dtype: X is small next to the work on it, and
     the certificate then sees the same numbers as the subproblems, not two float32 roundings.
     Gram blocks are gathered from the dense Gram X_s^T X_s when it fits `gram_bytes` (float64,
@@ -173,7 +180,14 @@ class SparseProblem:
     else computed by one block-diagonal sparse product per batch of outputs.
     """
 
-    def __init__(self, x_scaled: Tensor, mu: Tensor | None, y_t: Tensor, gram_bytes: int) -> None:
+    def __init__(
+        self,
+        x_scaled: Tensor,
+        mu: Tensor | None,
+        y_t: Tensor,
+        gram_bytes: int,
+        dtype: torch.dtype,
+    ) -> None:
         self.Xs = x_scaled.to(torch.float64)
         self.Xst = csr_transpose(self.Xs)
         self.Xst_product = with_int32_indices(self.Xst)  # the gradient's CSR times dense
@@ -182,12 +196,10 @@ class SparseProblem:
         self.G = self._dense_gram(gram_bytes)
         self.mu = mu.double() if mu is not None else None
         self.Yt = y_t
-        self.dtype = x_scaled.dtype
+        self.dtype = dtype
         self.sparse_y = y_t.layout == torch.sparse_csr
-        self.yty_raw = row_sq_sums(y_t) if self.sparse_y else (y_t.double() ** 2).sum(1)
-        y_sum = _row_sums(y_t)
-        self.ybar = y_sum / self.n_obs if mu is not None else None
-        self.yty = self.yty_raw - (y_sum**2 / self.n_obs if mu is not None else 0.0)
+        self.ybar = _row_sums(y_t) / self.n_obs if mu is not None else None
+        self.yty = _centered_sq_sums(y_t, self.ybar)
         parts = (self.Xs, self.Xst, self.Xst_product, self.G, y_t)
         self.held_bytes = sum(_nbytes(part) for part in parts)
 
@@ -226,12 +238,13 @@ class SparseProblem:
             g = sparse_product(csr_from_dense(u), self.Xs)  # cost ~ nonzeros of u, not M
         else:
             g = (self.Xst_product @ u.t()).t()  # CSR times dense: several times faster than u @ X_s
-        u_sq, u_sum, yu = (u**2).sum(1), u.sum(1), (y * u).sum(1)
         if self.mu is None or self.ybar is None:
-            return g, u_sq, yu
-        ubar = u_sum / M  # X~ = X_s - 1 mu^T: X~^T u = X_s^T u - (M ubar) mu
+            return g, (u**2).sum(1), (y * u).sum(1)
+        ubar = u.mean(1)  # X~ = X_s - 1 mu^T: X~^T u = X_s^T u - (M ubar) mu
         g -= (M * ubar).unsqueeze(1) * self.mu.unsqueeze(0)
-        return g, u_sq - M * ubar**2, yu - M * self.ybar[cols] * ubar
+        u -= ubar.unsqueeze(1)  # centered residual and target: no cancellation near an exact fit
+        y -= self.ybar[cols].unsqueeze(1)
+        return g, (u**2).sum(1), (y * u).sum(1)
 
     def gradient_bytes(self) -> int:
         return F64 * (4 * self.n_obs + 5 * self.n_features)
@@ -240,6 +253,14 @@ class SparseProblem:
         gathered = K * K * (self.G.element_size() if self.G is not None else 0)
         products = 0 if self.G is not None else 6 * F64 * K * K  # block-diagonal products
         return F64 * K * K + gathered + products
+
+
+def _centered_sq_sums(y_t: Tensor, center: Tensor | None) -> Tensor:
+    """(d,) float64 sum of (y_jm - center_j)^2 over each row of y_t (d, M), CSR or dense."""
+    if y_t.layout == torch.sparse_csr:
+        return row_sq_sums(y_t, center)
+    y = y_t.double()
+    return ((y - center.unsqueeze(1) if center is not None else y) ** 2).sum(1)
 
 
 def _row_sums(y_t: Tensor) -> Tensor:

@@ -209,14 +209,14 @@ def solve_working_sets(
     gap = torch.zeros(d, dtype=torch.float64, device=device)
     objective = yty / (2 * M)
     n_iter = torch.zeros(d, dtype=torch.int64, device=device)
-    converged = yty <= 0
+    converged = (yty <= 0) | (p == 0)  # b = 0 is exact: no target, or no predictor to enter
     inner_converged = torch.zeros_like(converged)
     inner_tol = tol_abs.clone() if stop == "gap" else torch.full_like(yty, tol)
     pending = (~converged).nonzero().squeeze(1)
     largest = budget.largest_set(ws_start)
     bar = tqdm(total=d, disable=not progress, desc="lasso outputs", unit="output")
     bar.update(d - pending.numel())
-    for _ in range(MAX_ROUNDS):
+    for round_ in range(MAX_ROUNDS):
         still = []
         start = 0
         while start < pending.numel():
@@ -238,8 +238,8 @@ def solve_working_sets(
                 inner_tol[cols] = torch.maximum(INNER_FRACTION * gap_c, 0.5 * tol_abs[cols])
             else:
                 ok = (c.violators == 0) & (inner_converged[cols] | (size == 0))
-            ok |= n_iter[cols] >= max_iter
             converged[cols] = gap_c <= tol_abs[cols] if stop == "gap" else ok
+            ok |= (n_iter[cols] >= max_iter) | (round_ == MAX_ROUNDS - 1)
             redo = (~ok).nonzero().squeeze(1)
             bar.update(int(ok.sum()))
             if redo.numel():
@@ -248,7 +248,7 @@ def solve_working_sets(
                 for rows, new_W, new_b, new_g in select(c, grad, W, valid, b, new_size, redo):
                     state.put(cols[rows], new_W, new_b, new_g)
                 still.append(cols[redo])
-        if not still:
+        if not still:  # every output's certificate is of the coefficients returned
             break
         pending = torch.cat(still)
         _solve_buckets(
