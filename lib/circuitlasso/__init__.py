@@ -24,6 +24,7 @@ _EXPORTS = {
     "load_dataset": "circuitlasso.data",
     "make_target": "circuitlasso.data.targets",
     "collect_sae_features": "circuitlasso.collect",
+    "LayerFeatures": "circuitlasso.collect",
     "lasso": "circuitlasso.solve",
     "logistic_lasso": "circuitlasso.solve",
     "fit_label": "circuitlasso.circuits.features",
@@ -38,12 +39,15 @@ _EXPORTS = {
     "metric_with_ablation": "circuitlasso.evaluation.ablate",
     "node_ablation_sweep": "circuitlasso.evaluation.ablate",
     "CircuitLasso": "circuitlasso.estimator",
+    "GridSearchCV": "sklearn.model_selection",
     "RayExecutor": "circuitlasso.executor",
 }
 
 __all__ = [
     "Circuit",
     "CircuitLasso",
+    "GridSearchCV",
+    "LayerFeatures",
     "LayerRegressions",
     "RayExecutor",
     "__version__",

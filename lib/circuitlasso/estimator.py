@@ -16,7 +16,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from sae_lens import SAE
+from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.utils import ClassifierTags, RegressorTags, Tags, check_array
 from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import digest_arrays
@@ -24,9 +27,26 @@ from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, fit_label
-from circuitlasso.data.models import check_sae_fits, check_sae_keys
+from circuitlasso.collect.layers import LayerFeatures
+from circuitlasso.data.models import check_sae_fits
 from circuitlasso.executor import Executor
-from circuitlasso.forward import check_prompts
+from circuitlasso.forward import check_prompts, check_sae_keys
+
+
+def as_layer_features(
+    X: Mapping[int, Features] | Features, layer: int = 0, *, min_prompts: int = 1
+) -> LayerFeatures:
+    """``X`` as :class:`LayerFeatures` of float CSR matrices: a mapping ``{layer: (M, D)}``, or
+    one ``(M, D)`` matrix as the features of ``layer``; each checked by scikit-learn's
+    ``check_array`` (2-D, numbers, finite, at least ``min_prompts`` rows and one feature, or a
+    ``ValueError`` saying what is wrong)."""
+    layers = X if isinstance(X, Mapping) and not sp.issparse(X) else {layer: X}  # DOK is a dict
+    checked = {
+        key: sp.csr_matrix(check_array(z, accept_sparse="csr", dtype=[np.float32, np.float64],
+                                       ensure_min_samples=min_prompts, input_name=f"X[{key}]"))
+        for key, z in layers.items()
+    }  # fmt: skip
+    return LayerFeatures(checked)
 
 
 class NotFittedError(SklearnNotFittedError, RuntimeError):
@@ -53,8 +73,16 @@ def features_digest(Z: Mapping[int, Features]) -> str:
     return hashlib.sha256(" ".join(parts).encode()).hexdigest()
 
 
-class CircuitLasso:
-    """A feature circuit learned by sparse regression.
+class CircuitLasso(BaseEstimator):
+    """A feature circuit learned by sparse regression, as a scikit-learn estimator.
+
+    ``X`` is the features of every layer, ``{layer: (M, D_layer)}`` (what
+    :func:`~circuitlasso.collect.collect_sae_features` returns, a
+    :class:`~circuitlasso.collect.layers.LayerFeatures`); a plain ``(M, D)`` matrix is read as
+    the features of one layer, whose circuit is the readout's roots. ``clone``, ``get_params``,
+    ``set_params``, ``GridSearchCV`` and ``cross_val_score`` work as for any estimator: choose
+    ``label_lam_ratio`` on validation folds with ``GridSearchCV(CircuitLasso(),
+    {"label_lam_ratio": [...]})`` (``score`` is the accuracy, or R^2 for a real-valued target).
 
     Both penalties are ratios of their regression's ``lam_max`` (see :mod:`circuitlasso.solve`):
     ``label_lam_ratio`` for the label regression, ``lam_ratio`` for each layer-pair regression.
@@ -70,21 +98,23 @@ class CircuitLasso:
     configured :class:`~circuitlasso.executor.RayExecutor`; see
     :class:`~circuitlasso.circuits.trace.LayerRegressions`).
 
-    Fitted attributes: ``label_fit_`` (the readout, a
-    :class:`~circuitlasso.circuits.features.LabelFit`), ``coef_`` (its ``(D,)`` coefficients, or
-    ``(D, K)`` for a multi-class target), ``intercept_`` (a float, or ``(K,)``), ``classes_``
-    (``(K,)`` class labels; classification only), ``lam_`` (the label penalty ``lam`` it came to),
-    ``regressions_`` (the layer-pair fits made so far), ``circuit_`` (a
-    :class:`~circuitlasso.circuits.circuit.Circuit` with nodes ``z{layer}.{feature}`` and edges
-    parent -> child carrying ``coef``), ``features_digest_`` (:func:`features_digest` of the
-    ``Z`` it was fitted on). Before ``fit`` they raise :class:`NotFittedError`, so ``hasattr``
-    is False.
+    Fitted attributes, in scikit-learn's orientation: ``coef_`` (``(1, D)`` for a binary target,
+    ``(K, D)`` for K classes, ``(D,)`` for a real-valued one, over the features of the last
+    layer), ``intercept_`` (``(1,)``, ``(K,)`` or a float), ``classes_`` (``(K,)`` class labels;
+    classification only), ``n_features_in_`` (the features of all layers together),
+    ``lam_`` (the label penalty ``lam`` it came to), ``label_fit_`` (the readout, a
+    :class:`~circuitlasso.circuits.features.LabelFit`), ``regressions_`` (the layer-pair fits
+    made so far), ``circuit_`` (traced on first use: a
+    :class:`~circuitlasso.circuits.circuit.Circuit` with nodes
+    ``z{layer}.{feature}`` and edges parent -> child carrying ``coef``), ``features_digest_``
+    (:func:`features_digest` of the features it was fitted on). Before ``fit`` they raise
+    :class:`NotFittedError`, so ``hasattr`` is False.
     """
 
     def __init__(
         self,
-        label_lam_ratio: float = 0.01,
         *,
+        label_lam_ratio: float = 0.01,
         lam_ratio: float = 0.1,
         kind: str | None = None,
         roots: int = 5,
@@ -100,15 +130,16 @@ class CircuitLasso:
         self.standardized, self.layer_pairs, self.device = standardized, layer_pairs, device
         self.executor = executor
 
-    def fit(self, Z: Mapping[int, Features], y: Sequence | np.ndarray) -> CircuitLasso:
-        """Fit the readout on the last layer of ``Z`` (layer -> ``(M, D)`` features) against
-        ``y: (M,)``, then trace the circuit down to the first layer."""
-        if len(Z) < 2:
-            raise ValueError(f"need the features of at least 2 layers, got layers {sorted(Z)}")
+    def fit(self, X: Mapping[int, Features] | Features, y: Sequence | np.ndarray) -> CircuitLasso:
+        """Fit the readout on the last layer of ``X`` (``{layer: (M, D)}`` features, or one
+        ``(M, D)`` matrix) against ``y: (M,)``; the circuit down to the first layer is traced
+        when first asked for (``circuit_``, ``interpret``), fitting the layer pairs it visits."""
         if self.layer_pairs not in ("traced", "all"):
             raise ValueError(f"layer_pairs is 'traced' or 'all', got {self.layer_pairs!r}")
+        Z = as_layer_features(X, min_prompts=2)
         last = max(Z)
         self.features_digest_ = features_digest(Z)
+        self.n_features_in_ = Z.shape[1]
         self.label_fit_ = fit_label(Z[last], y, self.label_lam_ratio, layer=last, kind=self.kind,
                                     min_prompts=self.min_prompts, device=self.device)  # fmt: skip
         self.regressions_ = tr.LayerRegressions(
@@ -117,19 +148,33 @@ class CircuitLasso:
         )  # fmt: skip
         if self.layer_pairs == "all":
             self.regressions_.fit_all()
-        self.circuit_ = tr.trace_circuit(self.label_fit_, self.regressions_, roots=self.roots,
-                                         k=self.k, standardized=self.standardized)  # fmt: skip
+        self._circuit: Circuit | None = None
         return self
 
     @property
+    def circuit_(self) -> Circuit:
+        """The circuit traced from the readout's ``roots`` down to the first layer, traced on
+        first use (a model selection that only scores the readout never traces)."""
+        self._fitted()
+        if self._circuit is None:
+            self._circuit = tr.trace_circuit(self.label_fit_, self.regressions_, roots=self.roots,
+                                             k=self.k, standardized=self.standardized)  # fmt: skip
+        return self._circuit
+
+    @property
     def coef_(self) -> np.ndarray:
-        """``(D,)`` coefficients of the readout ``A_{L,y}``, ``(D, K)`` for a multi-class target."""
-        return self._fitted().coef
+        """The readout ``A_{L,y}``: ``(1, D)`` (binary), ``(K, D)`` (K classes) or ``(D,)``
+        (real-valued target) coefficients of the last layer's features."""
+        fit = self._fitted()
+        if fit.kind == "binary":
+            return fit.coef[np.newaxis, :]
+        return fit.coef.T if fit.kind == "multiclass" else fit.coef
 
     @property
     def intercept_(self) -> float | np.ndarray:
-        """The readout's intercept: a float, or ``(K,)`` for a multi-class target."""
-        return self._fitted().intercept
+        """The readout's intercept: ``(1,)`` (binary), ``(K,)`` (K classes) or a float."""
+        fit = self._fitted()
+        return np.atleast_1d(fit.intercept) if fit.kind == "binary" else fit.intercept
 
     @property
     def classes_(self) -> np.ndarray:
@@ -144,21 +189,29 @@ class CircuitLasso:
         """The label penalty ``lam = label_lam_ratio * lam_max`` on the mean scale."""
         return self._fitted().lam
 
-    def predict(self, Z: Mapping[int, Features]) -> np.ndarray:
+    def predict(self, X: Mapping[int, Features] | Features) -> np.ndarray:
         """``(M,)`` predicted class labels (classification) or values (regression) from the
-        features ``Z`` (layer -> ``(M, D)``, as for ``fit``; the readout's layer is read, and
-        must have the ``D`` features of the fit)."""
+        features ``X`` (as for ``fit``; the readout's layer is read, and must have the ``D``
+        features of the fit)."""
         fit = self._fitted()
-        return fit.predict(self._readout_features(fit, Z))
+        return fit.predict(self._readout_features(fit, X))
 
-    def predict_proba(self, Z: Mapping[int, Features]) -> np.ndarray:
+    def predict_proba(self, X: Mapping[int, Features] | Features) -> np.ndarray:
         """``(M, K)`` probability of each class of ``classes_`` (``K = 2`` for a binary target)
-        from the features ``Z`` (as for ``predict``); classification only."""
+        from the features ``X`` (as for ``predict``); classification only."""
         fit = self._fitted()
         if fit.kind == "regression":
             raise AttributeError("a CircuitLasso fit on a regression target has no predict_proba")
-        proba = fit.predict_proba(self._readout_features(fit, Z))
+        proba = fit.predict_proba(self._readout_features(fit, X))
         return np.column_stack([1 - proba, proba]) if fit.kind == "binary" else proba
+
+    def score(self, X: Mapping[int, Features] | Features, y: Sequence | np.ndarray) -> float:
+        """Accuracy of ``predict(X)`` against ``y: (M,)``; R^2 for a real-valued target."""
+        fit = self._fitted()
+        predicted = self.predict(X)
+        if fit.kind == "regression":
+            return float(r2_score(np.asarray(y, dtype=np.float64), predicted))
+        return float(accuracy_score(np.asarray(y), predicted))
 
     def interpret(
         self,
@@ -177,7 +230,7 @@ class CircuitLasso:
         problem: their number must be the number of rows of ``Z``, ``Z`` must still be what
         ``fit`` read (its :func:`features_digest`), and ``saes`` must hold an SAE of each layer
         of the circuit, keyed by the layer of its hook
-        (:func:`~circuitlasso.data.models.check_sae_keys`) and as wide as that layer of ``Z``.
+        (:func:`~circuitlasso.forward.check_sae_keys`) and as wide as that layer of ``Z``.
         The prompts' content is checked where the labels read it, at no extra model run: each
         node's top prompts run through the model for their per-token values anyway, and those
         values averaged over a prompt's real tokens must give its ``Z[i, feature]``, as the
@@ -220,16 +273,26 @@ class CircuitLasso:
             raise NotFittedError("this CircuitLasso is not fitted yet: call fit(Z, y) first")
         return self.label_fit_
 
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # SAE features are sparse
+        # classes (binary or multiclass) or real values, as the target says: either kind's tags
+        tags.classifier_tags = ClassifierTags()
+        tags.regressor_tags = RegressorTags()
+        return tags
+
     @staticmethod
-    def _readout_features(fit: LabelFit, Z: Mapping[int, Features]) -> Features:
-        """``Z``'s features of the readout's layer, checked to have the fit's width."""
+    def _readout_features(fit: LabelFit, X: Mapping[int, Features] | Features) -> Features:
+        """``X``'s features of the readout's layer, checked to have the fit's width."""
+        Z = as_layer_features(X, layer=fit.layer)
         if fit.layer not in Z:
             raise ValueError(f"the readout reads layer {fit.layer}; Z has layers {sorted(Z)}")
         z = Z[fit.layer]
         shape, width = np.shape(z), len(fit.coef)
-        if len(shape) != 2 or shape[1] != width:
+        if shape[1] != width:
             raise ValueError(
-                f"the features of layer {fit.layer} have shape {shape}, but the fit read "
-                f"{width} features per prompt"
+                f"X has {shape[1]} features, but CircuitLasso is expecting {width} features as "
+                f"input: the features of layer {fit.layer} have shape {shape}, the fit read "
+                f"{width} per prompt"
             )
         return z

@@ -11,6 +11,7 @@ real tokens, computed by :func:`mean_over_real`.
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,8 +19,6 @@ from typing import Any
 import torch
 from sae_lens import SAE
 from transformer_lens import HookedEncoder, HookedTransformer
-
-from circuitlasso.data.models import check_sae_keys
 
 Hook = tuple[str | Callable[..., Any], Callable[..., Any]]  # TransformerLens forward hook
 Model = HookedTransformer | HookedEncoder
@@ -205,6 +204,30 @@ def to_dense(z: torch.Tensor) -> torch.Tensor:
     return z.to_dense() if z.is_sparse else z
 
 
+_BLOCK_HOOK = re.compile(r"blocks\.(\d+)\.")
+
+
+def check_sae_keys(saes: Mapping[int, SAE]) -> None:
+    """Raise ``ValueError`` unless every SAE of ``{layer: SAE}`` reads a hook of its own layer.
+
+    The layer of a hook is its block, ``L`` in ``blocks.{L}.hook_...`` (TransformerLens names,
+    as ``sae.cfg.metadata.hook_name`` records them); the SAE under key ``L`` must read a hook of
+    block ``L``. A hook outside the blocks (``hook_embed``, ``hook_pos_embed``, ``ln_final...``)
+    has no layer to compare the key with and is let through. A key that is not an int (or a
+    numpy integer) is an error too: the library reads the keys as layers.
+    """
+    for key, sae in saes.items():
+        hook = str(sae.cfg.metadata.hook_name)
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise ValueError(f"SAE key {key!r} (hook {hook!r}) is not an int layer")
+        match = _BLOCK_HOOK.match(hook)
+        if match is not None and int(match[1]) != int(key):
+            raise ValueError(
+                f"the SAE under layer key {key} reads hook {hook!r}, a hook of layer "
+                f"{int(match[1])}: key each SAE by the layer of its hook"
+            )
+
+
 def splice_hooks(
     saes: Mapping[int, SAE],
     real: torch.Tensor,
@@ -217,7 +240,7 @@ def splice_hooks(
     ``real: (B, P)`` bool marks the real tokens; ``ablate[layer]: (D,)`` bool the features set
     to ``means[layer]: (D,)`` at real tokens; ``record[layer]`` receives the (ablated) features
     ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``. Each SAE must be keyed by
-    the layer of its hook (:func:`circuitlasso.data.models.check_sae_keys`): the keys choose the
+    the layer of its hook (:func:`check_sae_keys`): the keys choose the
     ablated features and name the recorded ones, the hook where the SAE is spliced.
     """
     check_sae_keys(saes)

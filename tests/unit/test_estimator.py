@@ -7,10 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.base import clone
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.utils.estimator_checks import check_estimator
 
 from circuitlasso.circuits.interpret import top_tokens
-from circuitlasso.collect import collect_sae_features
+from circuitlasso.collect import LayerFeatures, collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.estimator import CircuitLasso, NotFittedError, features_digest
@@ -49,11 +52,13 @@ def test_binary_target(layers) -> None:
     Z2 = layers[2].toarray()
     signal = 2 * Z2[:, 1] - 2 * Z2[:, 4]
     y = (signal > np.median(signal)).astype(int)
-    estimator = CircuitLasso(0.1, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    estimator = CircuitLasso(label_lam_ratio=0.1, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(
+        layers, y
+    )
     assert estimator.lam_ == pytest.approx(0.1 * standardized_lam_max(Z2, y - y.mean()))
     np.testing.assert_array_equal(estimator.classes_, [0, 1])
-    assert estimator.coef_.shape == (D,)
-    p = 1 / (1 + np.exp(-(Z2 @ estimator.coef_ + estimator.intercept_)))
+    assert estimator.coef_.shape == (1, D) and estimator.intercept_.shape == (1,)
+    p = 1 / (1 + np.exp(-(Z2 @ estimator.coef_[0] + estimator.intercept_[0])))
     proba = estimator.predict_proba(layers)
     assert proba.shape == (M, 2)
     np.testing.assert_allclose(proba, np.column_stack([1 - p, p]), rtol=1e-12)
@@ -67,13 +72,15 @@ def test_multiclass_target(layers) -> None:
     scores = np.column_stack([2 * Z2[:, 1], 2 * Z2[:, 4], np.full(M, 1.5)])
     names = np.array(["high 1", "high 4", "neither"])
     y = names[scores.argmax(1)]
-    estimator = CircuitLasso(0.1, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    estimator = CircuitLasso(label_lam_ratio=0.1, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(
+        layers, y
+    )
     onehot = (y[:, None] == names).astype(float)
     theta = onehot - onehot.mean(0)
     assert estimator.lam_ == pytest.approx(0.1 * standardized_lam_max(Z2, theta))
     np.testing.assert_array_equal(estimator.classes_, names)
-    assert estimator.coef_.shape == (D, 3) and estimator.intercept_.shape == (3,)
-    logits = Z2 @ estimator.coef_ + estimator.intercept_
+    assert estimator.coef_.shape == (3, D) and estimator.intercept_.shape == (3,)
+    logits = Z2 @ estimator.coef_.T + estimator.intercept_
     expected = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
     np.testing.assert_allclose(estimator.predict_proba(layers), expected, rtol=1e-10)
     np.testing.assert_array_equal(estimator.predict(layers), names[expected.argmax(1)])
@@ -86,7 +93,9 @@ def test_regression_target(layers) -> None:
     Z2 = layers[2].toarray()
     rng = np.random.default_rng(22)
     y = 2 * Z2[:, 1] - 1.5 * Z2[:, 4] + 0.1 * rng.standard_normal(M)
-    estimator = CircuitLasso(0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    estimator = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(
+        layers, y
+    )
     assert estimator.lam_ == pytest.approx(0.05 * standardized_lam_max(Z2, y - y.mean()))
     predicted = estimator.predict(layers)
     np.testing.assert_allclose(predicted, Z2 @ estimator.coef_ + estimator.intercept_)
@@ -98,7 +107,7 @@ def test_regression_target(layers) -> None:
         estimator.predict_proba(layers)
     # integer-valued targets are read as classes unless the kind is given
     counts = np.round(np.abs(y) * 2)
-    assert CircuitLasso(0.05, kind="regression", min_prompts=1).fit(
+    assert CircuitLasso(label_lam_ratio=0.05, kind="regression", min_prompts=1).fit(
         layers, counts
     ).label_fit_.kind == ("regression")
     with pytest.raises(ValueError, match="exactly two values"):
@@ -109,8 +118,8 @@ def test_all_layer_pairs_give_the_traced_circuit(layers) -> None:
     Z2 = layers[2].toarray()
     y = (Z2[:, 1] - Z2[:, 4] > np.median(Z2[:, 1] - Z2[:, 4])).astype(int)
     options = dict(lam_ratio=0.1, roots=2, k=1, min_prompts=1)
-    traced = CircuitLasso(0.1, **options).fit(layers, y)
-    full = CircuitLasso(0.1, layer_pairs="all", **options).fit(layers, y)
+    traced = CircuitLasso(label_lam_ratio=0.1, **options).fit(layers, y)
+    full = CircuitLasso(label_lam_ratio=0.1, layer_pairs="all", **options).fit(layers, y)
     # every column of both layer pairs fitted, against the trace's few
     assert {len(full.regressions_._fits[layer]) for layer in (1, 2)} == {D}
     assert sum(len(f) for f in traced.regressions_._fits.values()) < 2 * D
@@ -135,11 +144,13 @@ def test_fitted_attributes_are_missing_before_fit(layers) -> None:
 
 def test_predict_wants_the_fitted_width(layers) -> None:
     y = (layers[2].toarray()[:, 1] > 0).astype(int)
-    estimator = CircuitLasso(0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    estimator = CircuitLasso(label_lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
     narrow = {**layers, 2: layers[2][:, :-1]}
-    with pytest.raises(ValueError, match=rf"layer 2 have shape \({M}, {D - 1}\), but the fit read"):
+    with pytest.raises(
+        ValueError, match=rf"X has {D - 1} features, but CircuitLasso is expecting {D}"
+    ):
         estimator.predict(narrow)
-    with pytest.raises(ValueError, match="features per prompt"):
+    with pytest.raises(ValueError, match=rf"layer 2 have shape \({M}, {D - 1}\)"):
         estimator.predict_proba(narrow)
     with pytest.raises(ValueError, match=r"the readout reads layer 2; Z has layers \[0, 1\]"):
         estimator.predict({0: layers[0], 1: layers[1]})
@@ -165,7 +176,9 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict:
     Z = collect_sae_features(model, saes, prompts, batch_size=50, cache_dir=cache_dir,
                              progress=False)  # fmt: skip
     y = np.asarray(train["label"][:N_TOY])
-    estimator = CircuitLasso(0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=5).fit(Z, y)
+    estimator = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=5).fit(
+        Z, y
+    )
     other = list(train["sentence"][N_TOY : 2 * N_TOY])
     return {"model": model, "saes": saes, "prompts": prompts, "other": other, "Z": Z, "y": y,
             "estimator": estimator}  # fmt: skip
@@ -218,7 +231,60 @@ def test_interpret_refuses_an_sae_under_the_wrong_layer(toy) -> None:
 
 def test_interpret_refuses_features_changed_since_fit(toy) -> None:
     Z = {layer: z.copy() for layer, z in toy["Z"].items()}
-    estimator = CircuitLasso(0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=5).fit(Z, toy["y"])
+    estimator = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=5).fit(
+        Z, toy["y"]
+    )
     Z[3].data *= 2  # in place: the estimator holds these matrices
     with pytest.raises(ValueError, match="the features fit was given were changed since fit"):
         estimator.interpret(toy["model"], toy["saes"], toy["prompts"])
+
+
+# ---------------------------------------------------------------- scikit-learn's contract
+
+
+def test_params_clone_and_grid_search_on_the_toy_world(toy) -> None:
+    """``label_lam_ratio`` chosen on validation folds, as the paper chooses lambda: the search's
+    best score is the best of the ratios' mean fold accuracies, and the refit circuit is that of
+    a plain fit at the chosen ratio on all prompts."""
+    estimator = CircuitLasso(lam_ratio=0.1, roots=2, k=1, min_prompts=5)
+    assert estimator.get_params()["label_lam_ratio"] == 0.01
+    copy = clone(estimator.set_params(label_lam_ratio=0.05))
+    assert copy.get_params() == estimator.get_params() and not hasattr(copy, "coef_")
+    ratios = [0.02, 0.1, 0.5]
+    search = GridSearchCV(estimator, {"label_lam_ratio": ratios}, cv=3).fit(toy["Z"], toy["y"])
+    folds = KFold(3)
+    means = [
+        np.mean(
+            cross_val_score(
+                clone(estimator).set_params(label_lam_ratio=r), toy["Z"], toy["y"], cv=folds
+            )
+        )  # fmt: skip
+        for r in ratios
+    ]
+    assert search.best_params_["label_lam_ratio"] == ratios[int(np.argmax(means))]
+    assert search.best_score_ == pytest.approx(max(means))
+    best = clone(estimator).set_params(**search.best_params_).fit(toy["Z"], toy["y"])
+    assert search.best_estimator_.circuit_ == best.circuit_
+    assert search.score(toy["Z"], toy["y"]) == best.score(toy["Z"], toy["y"])
+
+
+def test_layer_features_split_by_prompts(layers) -> None:
+    Z = LayerFeatures(layers)
+    rows = np.array([3, 0, 7])
+    part = Z[rows]
+    assert sorted(part) == [0, 1, 2] and part.shape == (3, 3 * D)
+    for layer in Z:
+        np.testing.assert_array_equal(part[layer].toarray(), layers[layer][rows].toarray())
+    with pytest.raises(ValueError, match="one row per prompt"):
+        LayerFeatures({0: layers[0], 1: layers[1][:5]})
+
+
+def test_check_estimator() -> None:
+    """scikit-learn's estimator checks, on plain (M, D) matrices read as one layer: every check
+    passes (the array API check is skipped by scikit-learn itself unless SCIPY_ARRAY_API=1)."""
+    results = check_estimator(CircuitLasso(), on_fail=None)
+    failed = {r["check_name"]: str(r["exception"]) for r in results if r["status"] == "failed"}
+    assert not failed, failed
+    skipped = {r["check_name"] for r in results if r["status"] == "skipped"}
+    assert skipped <= {"check_array_api_input"}
+    assert sum(r["status"] == "passed" for r in results) >= 40

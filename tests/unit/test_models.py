@@ -22,7 +22,7 @@ from circuitlasso import cache
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data import models
 from circuitlasso.evaluation.ablate import feature_means
-from circuitlasso.forward import splice_hooks
+from circuitlasso.forward import check_sae_keys, splice_hooks
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 NOTES_SENTENCE = "He said that himself was hungry."
@@ -226,18 +226,18 @@ def test_check_sae_keys_wants_each_sae_under_the_layer_of_its_hook(
 ) -> None:
     d = tiny.cfg.d_model
     block0, block1 = tiny_sae(d, "blocks.0.hook_resid_post"), tiny_sae(d, "blocks.1.hook_mlp_out")
-    models.check_sae_keys({0: block0, 1: block1})
-    models.check_sae_keys({np.int64(1): block1})  # a numpy integer is a layer too
+    check_sae_keys({0: block0, 1: block1})
+    check_sae_keys({np.int64(1): block1})  # a numpy integer is a layer too
     # a hook outside the blocks has no layer: no key contradicts it
-    models.check_sae_keys({0: tiny_sae(d, "hook_embed"), 7: tiny_sae(d, "hook_pos_embed")})
+    check_sae_keys({0: tiny_sae(d, "hook_embed"), 7: tiny_sae(d, "hook_pos_embed")})
     with pytest.raises(
         ValueError, match=r"layer key 0 reads hook 'blocks\.1\.hook_mlp_out', a hook of layer 1"
     ):
-        models.check_sae_keys({0: block1, 1: block0})  # swapped
+        check_sae_keys({0: block1, 1: block0})  # swapped
     with pytest.raises(ValueError, match=r"layer key 10 reads hook 'blocks\.1\.hook_mlp_out'"):
-        models.check_sae_keys({10: block1})  # blocks.1 is no prefix match of key 10
+        check_sae_keys({10: block1})  # blocks.1 is no prefix match of key 10
     with pytest.raises(ValueError, match="SAE key 'blocks.0' .* is not an int layer"):
-        models.check_sae_keys({"blocks.0": block0})  # type: ignore[dict-item]
+        check_sae_keys({"blocks.0": block0})  # type: ignore[dict-item]
 
 
 def test_an_sae_under_the_wrong_key_is_refused_where_saes_are_used(

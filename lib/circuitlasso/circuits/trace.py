@@ -70,8 +70,8 @@ class LayerRegressions:
         chunk_size: int = 8192,
         cache_dir: str | Path | None = None,
     ) -> None:
-        if len(Z) < 2:
-            raise ValueError(f"need features of at least 2 layers, got layers {sorted(Z)}")
+        if not Z:
+            raise ValueError("need the features of at least one layer, got none")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
         self.Z, self.lam_ratio, self.min_prompts, self.tol = Z, lam_ratio, min_prompts, tol

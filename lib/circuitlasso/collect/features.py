@@ -24,11 +24,13 @@ import torch
 from sae_lens import SAE
 
 from circuitlasso.cache import cache_key, load_or_compute_chunks
-from circuitlasso.data.models import check_sae_fits, check_sae_keys
+from circuitlasso.collect.layers import LayerFeatures
+from circuitlasso.data.models import check_sae_fits
 from circuitlasso.executor import Executor
 from circuitlasso.forward import (
     Model,
     check_prompts,
+    check_sae_keys,
     hook_activations,
     mean_over_real,
     special_token_ids,
@@ -138,8 +140,10 @@ def collect_sae_features(
     cache_key_parts: dict | None = None,
     progress: bool = True,
     executor: str | Executor | None = None,
-) -> dict[int, sp.csr_matrix]:
-    """Token-averaged SAE features per layer: ``{layer: Z_layer}``, each ``(M, d_sae)`` CSR.
+) -> LayerFeatures:
+    """Token-averaged SAE features per layer: ``{layer: Z_layer}``, each ``(M, d_sae)`` CSR, as
+    :class:`~circuitlasso.collect.layers.LayerFeatures` (a mapping that scikit-learn can split
+    by prompts).
 
     ``saes[layer]`` encodes the activations at its own hook (``sae.cfg.metadata.hook_name``;
     the SAE must fit the model, see :func:`circuitlasso.data.models.check_sae_fits`); the dict keys
@@ -273,4 +277,4 @@ def collect_sae_features(
             for indptr, indices, data in (c[j] for c in chunks)
         ]
         result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)
-    return result
+    return LayerFeatures(result)

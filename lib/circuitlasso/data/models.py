@@ -11,10 +11,8 @@ code path without the download.
 from __future__ import annotations
 
 import difflib
-import numbers
-import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -229,30 +227,6 @@ def check_sae_fits(model: HookedTransformer | HookedEncoder, sae: SAE) -> None:
             f"SAE on {hook_name!r} has d_in={sae.cfg.d_in} but model "
             f"{model.cfg.model_name!r} has d_model={model.cfg.d_model}"
         )
-
-
-_BLOCK_HOOK = re.compile(r"blocks\.(\d+)\.")
-
-
-def check_sae_keys(saes: Mapping[int, SAE]) -> None:
-    """Raise ``ValueError`` unless every SAE of ``{layer: SAE}`` reads a hook of its own layer.
-
-    The layer of a hook is its block, ``L`` in ``blocks.{L}.hook_...`` (TransformerLens names,
-    as ``sae.cfg.metadata.hook_name`` records them); the SAE under key ``L`` must read a hook of
-    block ``L``. A hook outside the blocks (``hook_embed``, ``hook_pos_embed``, ``ln_final...``)
-    has no layer to compare the key with and is let through. A key that is not an int (or a
-    numpy integer) is an error too: the library reads the keys as layers.
-    """
-    for key, sae in saes.items():
-        hook = str(sae.cfg.metadata.hook_name)
-        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
-            raise ValueError(f"SAE key {key!r} (hook {hook!r}) is not an int layer")
-        match = _BLOCK_HOOK.match(hook)
-        if match is not None and int(match[1]) != int(key):
-            raise ValueError(
-                f"the SAE under layer key {key} reads hook {hook!r}, a hook of layer "
-                f"{int(match[1])}: key each SAE by the layer of its hook"
-            )
 
 
 def load_saes(

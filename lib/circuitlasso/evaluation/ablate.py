@@ -62,9 +62,10 @@ from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit
 from circuitlasso.circuits.trace import LayerRegressions, feature_std, node_name
 from circuitlasso.data.graph import Edge
-from circuitlasso.data.models import check_sae_fits, check_sae_keys
+from circuitlasso.data.models import check_sae_fits
 from circuitlasso.evaluation.attribution import integrated_gradients
 from circuitlasso.forward import (
+    check_sae_keys,
     mean_over_real,
     prompt_batches,
     run_with_hooks,

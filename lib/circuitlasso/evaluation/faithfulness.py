@@ -106,7 +106,7 @@ def fresh_features(
     *,
     batch_size: int = 64,
     progress: bool = False,
-) -> dict[int, sp.csr_matrix]:
+) -> Mapping[int, sp.csr_matrix]:
     """:func:`~circuitlasso.collect.collect_sae_features` (``{layer: (M, D)}``) into an empty
     temporary cache, removed afterwards: the work and time of a first run."""
     with tempfile.TemporaryDirectory() as fresh:

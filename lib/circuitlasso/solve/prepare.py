@@ -44,27 +44,40 @@ class Prepared:
         return torch.ones_like(self.norms) if normalize else 1.0 / self.norms
 
 
+def column_scale(x: Tensor) -> Tensor:
+    """(p,) float64 largest absolute entry of each column of x (M, p), dense or CSR."""
+    if x.layout == torch.sparse_csr:
+        values = x.values().double().abs()
+        zeros = torch.zeros(x.shape[1], dtype=torch.float64, device=values.device)
+        return zeros.scatter_reduce(0, x.col_indices(), values, "amax")
+    return x.abs().amax(0).double()
+
+
 def column_stats(x: Tensor, fit_intercept: bool) -> tuple[Tensor, Tensor]:
     """(p,) float64 column means (zeros without intercept) and centered l2 norms of x (M, p).
 
     Each column is divided by its largest absolute entry before it is squared, so that neither
     huge entries (1e200 squared overflows float64) nor tiny ones (1e-200 squared underflows)
-    make a column look constant. Norms that cancellation leaves at rounding level (constant
-    columns) are set to exactly 0.
+    make a column look constant, and the centered norm is summed from centered entries (the
+    one-pass sum(x^2) - M mean^2 loses a relative (mean / spread)^2 eps of it). Norms at
+    rounding level (constant columns) are set to exactly 0.
     """
     M, p = x.shape
+    scale = column_scale(x)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     if x.layout == torch.sparse_csr:
-        values, columns = x.values().double(), x.col_indices()
-        zeros = torch.zeros(p, dtype=torch.float64, device=values.device)
-        scale = zeros.scatter_reduce(0, columns, values.abs(), "amax")
-        unit = values / scale[columns]
+        columns = x.col_indices()
+        unit = x.values().double() / safe[columns]
+        zeros = torch.zeros(p, dtype=torch.float64, device=unit.device)
         sums, squares = zeros.index_add(0, columns, unit), zeros.index_add(0, columns, unit**2)
+        mean = sums / M if fit_intercept else torch.zeros_like(sums)
+        empty = M - torch.bincount(columns, minlength=p).to(torch.float64)
+        norm_sq = zeros.index_add(0, columns, (unit - mean[columns]) ** 2) + empty * mean**2
     else:
-        scale = x.double().abs().amax(0)
-        unit = x.double() / torch.where(scale > 0, scale, torch.ones_like(scale))
-        sums, squares = unit.sum(0), (unit**2).sum(0)
-    mean = sums / M if fit_intercept else torch.zeros_like(sums)
-    norm_sq = squares - M * mean**2
+        unit = x.double() / safe
+        squares = (unit**2).sum(0)
+        mean = unit.mean(0) if fit_intercept else torch.zeros_like(squares)
+        norm_sq = ((unit - mean) ** 2).sum(0)
     norm_sq = torch.where(norm_sq > 1e-12 * squares, norm_sq, torch.zeros_like(norm_sq))
     return mean * scale, norm_sq.sqrt() * scale
 

@@ -561,7 +561,7 @@ def rule_vs_toy_truth(
     profession independent) with the features of ``saes`` collected here."""
     balanced = splits["balanced_train"]
     layers = sorted({int(s) for found in comparison.candidates.values() for s in found["layer"]})
-    Z: dict[int, sp.csr_matrix] = {}
+    Z: Mapping[int, sp.csr_matrix] = {}
     if layers:
         texts = balanced["text"].tolist()
         chosen = {s: saes[s] for s in layers}
