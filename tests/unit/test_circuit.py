@@ -137,3 +137,20 @@ def test_block_norm_scores_are_frobenius_norms():
     assert scores == {("input", "m0"): pytest.approx(5.0), ("input", "output"): 0.0}
     with pytest.raises(ValueError, match="out of range"):
         block_norm_scores({(0, 5): torch.ones(1, 1)}, ["input", "m0"])
+
+
+def test_ranking_metrics_treat_scores_closer_than_the_tolerance_as_ties() -> None:
+    """Two edges whose weight a solver split between interchangeable columns score equal up to
+    rounding: the ranking metrics must not depend on which rounding came out ahead."""
+    from circuitlasso.circuits.circuit import best_threshold_shd, edge_auroc, tie_scores
+
+    true = Circuit([("input", "m0"), ("m0", "output")])
+    base = {("input", "m0"): 2.687, ("a0.h0", "m0"): 0.0, ("a0.h0", "output"): 0.0}
+    results = set()
+    for true_ahead in (1e-9, -1e-9):
+        scores = {**base, ("m0", "output"): 1.3435 + true_ahead, ("input", "output"): 1.3435}
+        assert tie_scores(scores)[("m0", "output")] == tie_scores(scores)[("input", "output")]
+        results.add((edge_auroc(scores, true), best_threshold_shd(scores, true)[0]))
+    assert len(results) == 1  # the same whichever rounding came out ahead
+    assert results.pop() == (pytest.approx(11 / 12), 1)  # the tie counts half
+    assert tie_scores({("a", "b"): 1.0, ("b", "c"): 0.5}) == {("a", "b"): 1.0, ("b", "c"): 0.5}

@@ -150,8 +150,32 @@ def threshold_sweep(scores: Mapping[Edge, float]) -> list[float]:
     return [math.inf, *below]
 
 
+SCORE_TIE_RTOL = 1e-6
+"""Scores closer than this times the largest score are ties for the ranking metrics: a solver
+stopped at its tolerance, or weight split between interchangeable columns, orders them by
+rounding alone (another machine orders them otherwise)."""
+
+
+def tie_scores(scores: Mapping[Edge, float], rtol: float = SCORE_TIE_RTOL) -> dict[Edge, float]:
+    """``scores`` with each run of neighbours (sorted) closer than ``rtol * max`` set to the
+    run's largest score, so that rankings do not depend on digits below that."""
+    order = sorted(scores, key=lambda e: -scores[e])
+    if not order:
+        return {}
+    step = rtol * max(abs(scores[order[0]]), 1e-300)
+    out, level, previous = {}, scores[order[0]], scores[order[0]]
+    for edge in order:
+        if previous - scores[edge] > step:
+            level = scores[edge]
+        out[edge] = level
+        previous = scores[edge]
+    return out
+
+
 def best_threshold_shd(scores: Mapping[Edge, float], true: Circuit) -> tuple[int, float]:
-    """Smallest edge SHD over the threshold sweep (an upper bound on any rule) and its threshold."""
+    """Smallest edge SHD over the threshold sweep (an upper bound on any rule) and its threshold;
+    scores within ``SCORE_TIE_RTOL`` of each other are ties (:func:`tie_scores`)."""
+    scores = tie_scores(scores)
     best = (edge_shd(Circuit(()), true), math.inf)
     for threshold in threshold_sweep(scores):
         shd = edge_shd(circuit_at_threshold(scores, threshold), true)
@@ -164,7 +188,8 @@ def edge_auroc(scores: Mapping[Edge, float], true: Circuit) -> float:
     """Area under the ROC curve of ranking candidate edges by score against the true edges.
 
     Every true edge must be a candidate (else the names do not match: ValueError). NaN when the
-    candidates are all true or all false.
+    candidates are all true or all false. Scores within ``SCORE_TIE_RTOL`` of each other are
+    ties (:func:`tie_scores`), each counted half.
     """
     missing = true.edges - scores.keys()
     if missing:
@@ -172,7 +197,8 @@ def edge_auroc(scores: Mapping[Edge, float], true: Circuit) -> float:
     labels = np.array([e in true.edges for e in scores])
     if labels.all() or not labels.any():
         return math.nan
-    return float(roc_auc_score(labels, np.array(list(scores.values()), dtype=float)))
+    tied = tie_scores(scores)
+    return float(roc_auc_score(labels, np.array([tied[e] for e in scores], dtype=float)))
 
 
 def block_norm_scores(
