@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
-from circuitlasso.solve._sparse import csr_from_scipy, csr_rows
+from circuitlasso.solve._sparse import csr_from_scipy
 
 Matrix: TypeAlias = Any
 """A 2-D (targets: also 1-D) numpy array, torch tensor (dense or sparse) or scipy.sparse matrix."""
@@ -137,11 +137,3 @@ def per_output(value: float | Matrix, d: int, name: str) -> Tensor:
     if bool((t < 0).any()):
         raise ValueError(f"{name} must be >= 0, got {float(t.min())} (output {int(t.argmin())})")
     return t
-
-
-def column_subset(a: Tensor, columns: Tensor) -> Tensor:
-    """Columns of a dense or CSR (M, n) tensor as a tensor of the same layout (M, len(columns))."""
-    if a.layout == torch.sparse_csr:
-        transposed = a.to_sparse_coo().t().coalesce().to_sparse_csr()
-        return csr_rows(transposed, columns).to_sparse_coo().t().coalesce().to_sparse_csr()
-    return a[:, columns]
