@@ -493,7 +493,10 @@ def recording(solver: Callable, calls: list) -> Callable:
 def test_path_on_simulated_cuda_matches_cpu(
     name: str, cpu_setup: Setup, references, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Exactly the CPU's results on the stand-in device, every solver call given ``device``."""
+    """The CPU's results on the stand-in device, every solver call given ``device``: exactly,
+    up to one float32 rounding of a coefficient (the device batches outputs by its budget, not
+    the CPU's cache caps; each output's float64 solution on its support can then round to the
+    neighbouring float32)."""
     expected = reference(name, cpu_setup, references)
     calls: dict[str, list] = {}
     for solver in PATHS[name].wraps:
@@ -503,7 +506,7 @@ def test_path_on_simulated_cuda_matches_cpu(
         )
     with simulated(cpu_setup) as setup:
         got = PATHS[name].run(setup)
-    assert_same(got, expected, rtol=0, atol=0)
+    assert_same(got, expected, rtol=2 * float(np.finfo(np.float32).eps), atol=0)  # one ulp
     for solver, devices in calls.items():
         assert devices and all(d == "cuda" for d in devices), f"{solver} got device {devices}"
 
