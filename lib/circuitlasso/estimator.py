@@ -34,13 +34,13 @@ from circuitlasso.forward import check_prompts, check_sae_keys
 
 
 def as_layer_features(
-    X: Mapping[int, Features] | Features, layer: int = 0, *, min_prompts: int = 1
+    X: Mapping[int, Features] | Features, *, min_prompts: int = 1
 ) -> LayerFeatures:
     """``X`` as :class:`LayerFeatures` of float CSR matrices: a mapping ``{layer: (M, D)}``, or
-    one ``(M, D)`` matrix as the features of ``layer``; each checked by scikit-learn's
+    one ``(M, D)`` matrix as the features of layer 0; each checked by scikit-learn's
     ``check_array`` (2-D, numbers, finite, at least ``min_prompts`` rows and one feature, or a
     ``ValueError`` saying what is wrong)."""
-    layers = X if isinstance(X, Mapping) and not sp.issparse(X) else {layer: X}  # DOK is a dict
+    layers = X if isinstance(X, Mapping) and not sp.issparse(X) else {0: X}  # DOK is a dict
     checked = {
         key: sp.csr_matrix(check_array(z, accept_sparse="csr", dtype=[np.float32, np.float64],
                                        ensure_min_samples=min_prompts, input_name=f"X[{key}]"))
@@ -283,11 +283,12 @@ class CircuitLasso(BaseEstimator):
 
     @staticmethod
     def _readout_features(fit: LabelFit, X: Mapping[int, Features] | Features) -> Features:
-        """``X``'s features of the readout's layer, checked to have the fit's width."""
-        Z = as_layer_features(X, layer=fit.layer)
-        if fit.layer not in Z:
-            raise ValueError(f"the readout reads layer {fit.layer}; Z has layers {sorted(Z)}")
-        z = Z[fit.layer]
+        """``X``'s features of the readout's layer (only that layer is read and checked),
+        checked to have the fit's width."""
+        layers = X if isinstance(X, Mapping) and not sp.issparse(X) else {fit.layer: X}  # DOK
+        if fit.layer not in layers:
+            raise ValueError(f"the readout reads layer {fit.layer}; Z has layers {sorted(layers)}")
+        z = as_layer_features({fit.layer: layers[fit.layer]})[fit.layer]
         shape, width = np.shape(z), len(fit.coef)
         if shape[1] != width:
             raise ValueError(
