@@ -34,7 +34,7 @@ _EXPORTS = {
     "trace_circuit": "circuitlasso.circuits.trace",
     "label_importance": "circuitlasso.circuits.trace",
     "Circuit": "circuitlasso.circuits.circuit",
-    "circuit_lasso": "circuitlasso.circuits.components",
+    "component_circuit": "circuitlasso.circuits.components",
     "feature_means": "circuitlasso.evaluation.ablate",
     "metric_with_ablation": "circuitlasso.evaluation.ablate",
     "node_ablation_sweep": "circuitlasso.evaluation.ablate",
@@ -51,8 +51,8 @@ __all__ = [
     "LayerRegressions",
     "RayExecutor",
     "__version__",
-    "circuit_lasso",
     "collect_sae_features",
+    "component_circuit",
     "feature_means",
     "fit_label",
     "fit_layer_pair",
@@ -71,7 +71,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from circuitlasso.circuits.circuit import Circuit
-    from circuitlasso.circuits.components import circuit_lasso
+    from circuitlasso.circuits.components import component_circuit
     from circuitlasso.circuits.features import fit_label, fit_layer_pair, label_lam_max
     from circuitlasso.circuits.trace import LayerRegressions, label_importance, trace_circuit
     from circuitlasso.collect import collect_sae_features

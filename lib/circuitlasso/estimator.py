@@ -13,24 +13,25 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 import torch
-from sae_lens import SAE
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.metrics import accuracy_score, r2_score
+from sklearn.model_selection import GridSearchCV
 from sklearn.utils import ClassifierTags, RegressorTags, Tags, check_array
 from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import digest_arrays
-from circuitlasso.circuits import interpret
+from circuitlasso.circuits import defaults, interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import Features, LabelFit, fit_label
+from circuitlasso.circuits.features import Features, LabelFit, fit_label, readout_scores
 from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.executor import Executor
-from circuitlasso.forward import check_prompts, check_sae_keys
+from circuitlasso.forward import SAEMap, check_prompts, sae_layers
 
 
 def as_layer_features(
@@ -84,8 +85,10 @@ class CircuitLasso(BaseEstimator):
     ``label_lam_ratio`` on validation folds with ``GridSearchCV(CircuitLasso(),
     {"label_lam_ratio": [...]})`` (``score`` is the accuracy, or R^2 for a real-valued target).
 
-    Both penalties are ratios of their regression's ``lam_max`` (see :mod:`circuitlasso.solve`):
-    ``label_lam_ratio`` for the label regression, ``lam_ratio`` for each layer-pair regression.
+    Each penalty is a ratio of its regression's ``lam_max`` or an absolute lambda (both are
+    defined in :mod:`circuitlasso.solve`): ``label_lam_ratio`` or ``label_lam`` for the label
+    regression, ``lam_ratio`` or ``lam`` for each layer-pair regression (at most one of each
+    pair; neither: the ratio of :mod:`circuitlasso.circuits.defaults`, where every default lives).
     ``kind``: the target's kind, ``"binary"``, ``"multiclass"`` or ``"regression"`` (None: read
     from ``y``, see :func:`circuitlasso.data.targets.make_target`). ``roots``: how many
     last-layer features the trace starts from; ``k``: parents kept per node. ``min_prompts``:
@@ -114,18 +117,21 @@ class CircuitLasso(BaseEstimator):
     def __init__(
         self,
         *,
-        label_lam_ratio: float = 0.01,
-        lam_ratio: float = 0.1,
+        label_lam_ratio: float | None = None,
+        label_lam: float | None = None,
+        lam_ratio: float | None = None,
+        lam: float | None = None,
         kind: str | None = None,
-        roots: int = 5,
-        k: int = 2,
-        min_prompts: int = 10,
-        standardized: bool = True,
+        roots: int = defaults.ROOTS,
+        k: int = defaults.K,
+        min_prompts: int = defaults.MIN_PROMPTS,
+        standardized: bool = defaults.STANDARDIZED,
         layer_pairs: str = "traced",
         device: torch.device | str | None = None,
         executor: str | Executor | None = None,
     ) -> None:
-        self.label_lam_ratio, self.lam_ratio, self.kind = label_lam_ratio, lam_ratio, kind
+        self.label_lam_ratio, self.label_lam = label_lam_ratio, label_lam
+        self.lam_ratio, self.lam, self.kind = lam_ratio, lam, kind
         self.roots, self.k, self.min_prompts = roots, k, min_prompts
         self.standardized, self.layer_pairs, self.device = standardized, layer_pairs, device
         self.executor = executor
@@ -140,11 +146,13 @@ class CircuitLasso(BaseEstimator):
         last = max(Z)
         self.features_digest_ = features_digest(Z)
         self.n_features_in_ = Z.shape[1]
-        self.label_fit_ = fit_label(Z[last], y, self.label_lam_ratio, layer=last, kind=self.kind,
-                                    min_prompts=self.min_prompts, device=self.device)  # fmt: skip
+        self.label_fit_ = fit_label(
+            Z[last], y, self.label_lam_ratio, lam=self.label_lam, layer=last, kind=self.kind,
+            min_prompts=self.min_prompts, device=self.device,
+        )  # fmt: skip
         self.regressions_ = tr.LayerRegressions(
-            dict(Z), self.lam_ratio, min_prompts=self.min_prompts, device=self.device,
-            executor=self.executor,
+            dict(Z), self.lam_ratio, lam=self.lam, min_prompts=self.min_prompts,
+            device=self.device, executor=self.executor,
         )  # fmt: skip
         if self.layer_pairs == "all":
             self.regressions_.fit_all()
@@ -216,7 +224,7 @@ class CircuitLasso(BaseEstimator):
     def interpret(
         self,
         model: HookedTransformer,
-        saes: Mapping[int, SAE],
+        saes: SAEMap,
         prompts: Sequence[str],
         *,
         n_prompts: int = 50,
@@ -229,8 +237,8 @@ class CircuitLasso(BaseEstimator):
         order: row ``i`` of ``Z`` ranks ``prompts[i]``. Checked, with a ``ValueError`` naming the
         problem: their number must be the number of rows of ``Z``, ``Z`` must still be what
         ``fit`` read (its :func:`features_digest`), and ``saes`` must hold an SAE of each layer
-        of the circuit, keyed by the layer of its hook
-        (:func:`~circuitlasso.forward.check_sae_keys`) and as wide as that layer of ``Z``.
+        of the circuit, keyed by its hook name or the layer of its hook
+        (:func:`~circuitlasso.forward.sae_layers`) and as wide as that layer of ``Z``.
         The prompts' content is checked where the labels read it, at no extra model run: each
         node's top prompts run through the model for their per-token values anyway, and those
         values averaged over a prompt's real tokens must give its ``Z[i, feature]``, as the
@@ -248,22 +256,28 @@ class CircuitLasso(BaseEstimator):
             )
         if features_digest(Z) != self.features_digest_:
             raise ValueError("the features fit was given were changed since fit: fit again")
-        check_sae_keys(saes)
+        layer_saes = sae_layers(saes)
         for layer in sorted({int(data["layer"]) for _, data in self.circuit_.nodes(data=True)}):
-            if layer not in saes:
+            if layer not in layer_saes:
                 raise ValueError(
-                    f"the circuit has layer {layer} but saes has layers {sorted(saes)}"
+                    f"the circuit has layer {layer} but saes has layers {sorted(layer_saes)}"
                 )
-            check_sae_fits(model, saes[layer])
-            if saes[layer].cfg.d_sae != Z[layer].shape[1]:
+            check_sae_fits(model, layer_saes[layer])
+            if layer_saes[layer].cfg.d_sae != Z[layer].shape[1]:
                 raise ValueError(
-                    f"the SAE of layer {layer} has {saes[layer].cfg.d_sae} features but the "
+                    f"the SAE of layer {layer} has {layer_saes[layer].cfg.d_sae} features but the "
                     f"features of layer {layer} have {Z[layer].shape[1]}"
                 )
         tr.interpret_circuit(
             self.circuit_,
             lambda layer, feature: interpret.top_tokens(
-                model, saes[layer], feature, prompts, Z[layer], n_prompts=n_prompts, verify=True
+                model,
+                layer_saes[layer],
+                feature,
+                prompts,
+                Z[layer],
+                n_prompts=n_prompts,
+                verify=True,
             ),
         )
         return self.circuit_
@@ -297,3 +311,42 @@ class CircuitLasso(BaseEstimator):
                 f"{width} per prompt"
             )
         return z
+
+
+def penalty_table(
+    search: GridSearchCV,
+    X: Mapping[int, Features] | Features,
+    y: Sequence | np.ndarray,
+    X_test: Mapping[int, Features] | Features,
+    y_test: Sequence | np.ndarray,
+) -> pd.DataFrame:
+    """The paper's penalty ablation (App. C.2) from ``search``, a ``GridSearchCV`` over a
+    :class:`CircuitLasso`'s penalty fitted on ``X``, ``y``: one row per candidate, with its
+    parameters, ``lam`` (the readout's penalty on all of ``X``), the train loss, l1 norm and
+    nonzero coefficients of that readout, its train score, the validation score (the search's
+    mean over its folds, on which it chose), and the test loss and score on ``X_test``,
+    ``y_test``. The score is the accuracy (columns ``*_accuracy``) or R^2 (``*_r2``) and the
+    loss the mean cross-entropy or squared error (:func:`~circuitlasso.circuits.features.
+    readout_scores`). Each candidate's readout is refit on ``X``; no circuit is traced."""
+    results = search.cv_results_
+    rows = []
+    for params, validation in zip(results["params"], results["mean_test_score"], strict=True):
+        fitted = clone(search.estimator).set_params(**params).fit(X, y)
+        fit = fitted.label_fit_
+        train = readout_scores(fit, fitted._readout_features(fit, X), y)
+        test = readout_scores(fit, fitted._readout_features(fit, X_test), y_test)
+        metric = "r2" if fit.kind == "regression" else "accuracy"
+        rows.append(
+            {
+                **params,
+                "lam": fit.lam,
+                "train_loss": train["loss"],
+                "l1_norm": float(np.abs(fit.coef).sum()),
+                "nonzero": int(np.count_nonzero(fit.coef)),
+                f"train_{metric}": train[metric],
+                f"validation_{metric}": float(validation),
+                "test_loss": test["loss"],
+                f"test_{metric}": test[metric],
+            }
+        )
+    return pd.DataFrame(rows)

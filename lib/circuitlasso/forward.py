@@ -14,7 +14,7 @@ from __future__ import annotations
 import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from sae_lens import SAE
@@ -207,29 +207,55 @@ def to_dense(z: torch.Tensor) -> torch.Tensor:
 _BLOCK_HOOK = re.compile(r"blocks\.(\d+)\.")
 
 
-def check_sae_keys(saes: Mapping[int, SAE]) -> None:
-    """Raise ``ValueError`` unless every SAE of ``{layer: SAE}`` reads a hook of its own layer.
+SAEMap: TypeAlias = Mapping[int, SAE] | Mapping[str, SAE] | Mapping[int | str, SAE]
+"""SAEs keyed by TransformerLens hook name or by the int layer of their hook."""
 
-    The layer of a hook is its block, ``L`` in ``blocks.{L}.hook_...`` (TransformerLens names,
-    as ``sae.cfg.metadata.hook_name`` records them); the SAE under key ``L`` must read a hook of
-    block ``L``. A hook outside the blocks (``hook_embed``, ``hook_pos_embed``, ``ln_final...``)
-    has no layer to compare the key with and is let through. A key that is not an int (or a
-    numpy integer) is an error too: the library reads the keys as layers.
+
+def sae_layers(saes: SAEMap) -> dict[int, SAE]:
+    """The SAEs of ``saes`` keyed by the layer of their hook, each key checked.
+
+    A key is a TransformerLens hook name, ``"blocks.{L}.hook_resid_post"``, which must be the
+    hook the SAE reads (``sae.cfg.metadata.hook_name``), or its shorthand, the int layer ``L``,
+    which must be the block of that hook. The features of one SAE per layer make a circuit, so
+    two SAEs of one layer (say ``resid_pre`` and ``resid_post``) are an error: an int could not
+    say which one it means. A hook outside the blocks (``hook_embed``, ``ln_final...``) has no
+    layer: only an int key can place it. Anything else (a key of another type, a hook name
+    that is not the SAE's) is a ``ValueError`` naming the key and the hook.
     """
+    layers: dict[int, SAE] = {}
     for key, sae in saes.items():
         hook = str(sae.cfg.metadata.hook_name)
-        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
-            raise ValueError(f"SAE key {key!r} (hook {hook!r}) is not an int layer")
         match = _BLOCK_HOOK.match(hook)
-        if match is not None and int(match[1]) != int(key):
+        if isinstance(key, str):
+            if key != hook:
+                raise ValueError(f"the SAE under hook key {key!r} reads hook {hook!r}")
+            if match is None:
+                raise ValueError(
+                    f"hook {hook!r} is outside the blocks: key its SAE by the int layer it "
+                    "stands for"
+                )
+            layer = int(match[1])
+        elif isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise ValueError(f"SAE key {key!r} (hook {hook!r}) is neither a hook name nor a layer")
+        else:
+            layer = int(key)
+            if match is not None and int(match[1]) != layer:
+                raise ValueError(
+                    f"the SAE under layer key {key} reads hook {hook!r}, a hook of layer "
+                    f"{int(match[1])}: key each SAE by its hook name or the layer of its hook"
+                )
+        if layer in layers:
+            other = str(layers[layer].cfg.metadata.hook_name)
             raise ValueError(
-                f"the SAE under layer key {key} reads hook {hook!r}, a hook of layer "
-                f"{int(match[1])}: key each SAE by the layer of its hook"
+                f"two SAEs of layer {layer} (hooks {other!r} and {hook!r}): a circuit reads one "
+                "SAE per layer"
             )
+        layers[layer] = sae
+    return layers
 
 
 def splice_hooks(
-    saes: Mapping[int, SAE],
+    saes: SAEMap,
     real: torch.Tensor,
     ablate: Mapping[int, torch.Tensor] | None = None,
     means: Mapping[int, torch.Tensor] | None = None,
@@ -239,11 +265,11 @@ def splice_hooks(
 
     ``real: (B, P)`` bool marks the real tokens; ``ablate[layer]: (D,)`` bool the features set
     to ``means[layer]: (D,)`` at real tokens; ``record[layer]`` receives the (ablated) features
-    ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``. Each SAE must be keyed by
-    the layer of its hook (:func:`check_sae_keys`): the keys choose the
-    ablated features and name the recorded ones, the hook where the SAE is spliced.
+    ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``. Each SAE is keyed by its
+    hook name or the layer of its hook (:func:`sae_layers`); ``ablate``, ``means`` and
+    ``record`` are keyed by layer.
     """
-    check_sae_keys(saes)
+    saes = sae_layers(saes)
     ablate = ablate or {}
     hooks: list[Hook] = []
     for layer, sae in saes.items():
@@ -276,6 +302,6 @@ def prompt_batches(
     ]
 
 
-def stop_for_saes(saes: Mapping[int, SAE]) -> int | None:
+def stop_for_saes(saes: SAEMap) -> int | None:
     """The ``stop_at_layer`` that runs the model just far enough for every SAE's hook."""
     return stop_at_layer([str(sae.cfg.metadata.hook_name) for sae in saes.values()])

@@ -16,17 +16,17 @@ import pandas as pd
 class Stopwatch:
     """Seconds of named stages: :meth:`lap` closes the stage that ran since the previous one
     ended (or since the stopwatch was made), :meth:`timed` times a block; ``laps`` maps each
-    stage's name to its seconds, in the order they ended."""
+    stage's name to its seconds, in the order they first ended."""
 
     def __init__(self) -> None:
         self._mark = time.perf_counter()
         self.laps: dict[str, float] = {}
 
-    def _close(self, name: str, start: float) -> float:
-        if name in self.laps:
+    def _close(self, name: str, start: float, add: bool = False) -> float:
+        if name in self.laps and not add:
             raise ValueError(f"stage {name!r} was already timed")
         self._mark = time.perf_counter()
-        self.laps[name] = self._mark - start
+        self.laps[name] = self.laps.get(name, 0.0) + (self._mark - start)
         return self.laps[name]
 
     def lap(self, name: str) -> float:
@@ -34,11 +34,13 @@ class Stopwatch:
         return self._close(name, self._mark)
 
     @contextmanager
-    def timed(self, name: str) -> Iterator[None]:
-        """Time the block as ``name``; the next :meth:`lap` starts where the block ends."""
+    def timed(self, name: str, *, add: bool = False) -> Iterator[None]:
+        """Time the block as ``name``; the next :meth:`lap` starts where the block ends.
+        ``add``: add the block's seconds to the stage's (a stage run in several blocks, such as
+        one per batch) rather than refuse a name already timed."""
         start = time.perf_counter()
         yield
-        self._close(name, start)
+        self._close(name, start, add)
 
     @property
     def total(self) -> float:

@@ -13,8 +13,9 @@ from circuitlasso.presentation import explorer as ex
 
 @pytest.fixture(scope="module")
 def data(toy_circuit) -> dict:
-    return ex.explorer_data(toy_circuit.study, toy_circuit.label_fit, toy_circuit.circuit,
-                            sentences=3, prompts=20)  # fmt: skip
+    study = toy_circuit.study
+    return ex.explorer_data(toy_circuit.lasso, study.model, study.saes, study.prompts, study.y,
+                            name=study.name, sentences=3, rows=20)  # fmt: skip
 
 
 def radii(page: Page) -> dict[str, float]:

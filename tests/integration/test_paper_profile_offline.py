@@ -6,12 +6,12 @@ and where."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from circuitlasso.data.bias_in_bios import write_bias_in_bios_fixture
 from circuitlasso.presentation import reproduce as rp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +34,7 @@ def test_paper_profile_stops_at_the_download_boundary(
     dataset: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    write_bias_in_bios: Callable[..., Path],
 ) -> None:
     for name in ("_toc.yml", "notebooks"):
         source = ROOT / name
@@ -49,7 +50,7 @@ def test_paper_profile_stops_at_the_download_boundary(
     overrides = {}
     if section == "bias_in_bios":  # the data set from a local copy in the hub's format
         groups = {(p, g): 3 for p in ("professor", "nurse") for g in ("male", "female")}
-        overrides["source"] = str(write_bias_in_bios_fixture(tmp_path / "bib", groups))
+        overrides["source"] = str(write_bias_in_bios(tmp_path / "bib", groups))
     parameters = rp.resolve_parameters(project, "paper", section, overrides)
     first = next(iter(parameters["runs"])) if "runs" in parameters else parameters["model_name"]
     assert first == model and parameters["dataset"] == dataset

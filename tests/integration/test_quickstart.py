@@ -19,25 +19,19 @@ import circuitlasso as cl
 from circuitlasso.circuits import trace as tr
 from circuitlasso.data.toyworld.datasets import dominant_category
 
-PAGE = Path(__file__).resolve().parents[2] / "book" / "quickstart.md"
 
-
-def quickstart_script() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
-    assert len(blocks) == 1, "the Quickstart page shows exactly one script"
-    return blocks[0]
-
-
-def test_the_script_is_short_and_imports_only_circuitlasso() -> None:
-    lines = [s for s in quickstart_script().splitlines() if s.strip()]
+def test_the_script_is_short_and_imports_only_circuitlasso(quickstart_script: str) -> None:
+    lines = [s for s in quickstart_script.splitlines() if s.strip()]
     assert len(lines) <= 15
     imports = [s for s in lines if re.match(r"\s*(import|from)\s", s)]
     assert imports == ["import circuitlasso as cl"]
 
 
 @pytest.mark.slow
-def test_the_script_writes_the_circuit_the_pipeline_traces(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", quickstart_script()], cwd=tmp_path,
+def test_the_script_writes_the_circuit_the_pipeline_traces(
+    tmp_path: Path, quickstart_script: str
+) -> None:
+    out = subprocess.run([sys.executable, "-c", quickstart_script], cwd=tmp_path,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     circuit = cl.Circuit.load(tmp_path / "circuit.json")
     ratio, nodes, _, edges = out.split()
@@ -49,12 +43,12 @@ def test_the_script_writes_the_circuit_the_pipeline_traces(tmp_path: Path) -> No
     Z = cl.collect_sae_features(model, saes, train["sentence"].tolist(), progress=False)
     # the ratio with the best mean accuracy over the 3 validation folds
     ratios = [0.01, 0.03, 0.1]
-    folds = [cl.CircuitLasso(label_lam_ratio=r, lam_ratio=0.1, roots=5, k=2) for r in ratios]
+    folds = [cl.CircuitLasso(label_lam_ratio=r) for r in ratios]
     accuracy = [cross_val_score(e, Z, train["label"], cv=KFold(3)).mean() for e in folds]
     assert float(ratio) == ratios[int(np.argmax(accuracy))]
-    readout = cl.fit_label(Z[3], train["label"], float(ratio), layer=3, min_prompts=10)
-    regressions = tr.LayerRegressions(Z, 0.1, min_prompts=10)
-    expected = tr.trace_circuit(readout, regressions, roots=5, k=2, standardized=True)
+    # the functions' defaults are the estimator's
+    readout = cl.fit_label(Z[3], train["label"], float(ratio), layer=3)
+    expected = tr.trace_circuit(readout, tr.LayerRegressions(Z))
     assert set(circuit.edges) == set(expected.edges)
     for node, data in expected.nodes(data=True):
         assert circuit.nodes[node]["importance"] == pytest.approx(data["importance"], rel=1e-6)

@@ -1,5 +1,5 @@
 """The toy world end to end: a quick rebuild (loads, fits the model, is deterministic) and the
-committed artifacts in data/toy (manifest hashes, report targets)."""
+artifacts shipped in the package (manifest hashes, report targets)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 from sae_lens import StandardSAE, StandardSAEConfig
 
+from circuitlasso.data.artifacts import MANIFEST_FILE, REPORT_FILE, manifest_mismatches
 from circuitlasso.data.toyworld import (
     build_toy_world,
     default_toy_dir,
@@ -19,7 +20,6 @@ from circuitlasso.data.toyworld import (
     load_toy_saes,
     toy_report,
 )
-from circuitlasso.data.toyworld.artifacts import MANIFEST_FILE, REPORT_FILE, manifest_mismatches
 from circuitlasso.data.toyworld.report import (
     ENCODE_BATCH,
     category_features,

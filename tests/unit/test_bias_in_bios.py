@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import datasets
@@ -12,11 +13,7 @@ from huggingface_hub import constants as hf_constants
 
 from circuitlasso import cache
 from circuitlasso.data import load_dataset
-from circuitlasso.data.bias_in_bios import (
-    load_bias_in_bios,
-    read_bias_in_bios_split,
-    write_bias_in_bios_fixture,
-)
+from circuitlasso.data.bias_in_bios import load_bias_in_bios, read_bias_in_bios_split
 
 # Deliberately unequal groups, plus rows of other professions that must be left out.
 GROUP_SIZES = {
@@ -30,8 +27,8 @@ GROUP_SIZES = {
 
 
 @pytest.fixture
-def source(tmp_path: Path) -> Path:
-    return write_bias_in_bios_fixture(tmp_path / "bias_in_bios", GROUP_SIZES, seed=3)
+def source(tmp_path: Path, write_bias_in_bios: Callable[..., Path]) -> Path:
+    return write_bias_in_bios(tmp_path / "bias_in_bios", GROUP_SIZES, seed=3)
 
 
 def group_of(text: str) -> tuple[str, str]:

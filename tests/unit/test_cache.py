@@ -16,7 +16,7 @@ import torch
 
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.data.toyworld.artifacts import FILE_MODE, write_json
+from circuitlasso.data.artifacts import FILE_MODE, write_json
 from circuitlasso.data.toyworld.tokenizer import build_tokenizer, save_tokenizer
 from circuitlasso.presentation import reproduce as rp
 

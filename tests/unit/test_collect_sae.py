@@ -18,7 +18,7 @@ from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
-from circuitlasso.collect import collect_sae_features
+from circuitlasso.collect import collect_sae_features, fresh_features
 from circuitlasso.collect.features import model_fingerprint
 from circuitlasso.data import models
 from circuitlasso.data.targets import binary_labels
@@ -299,6 +299,19 @@ def test_default_cache_dir_is_the_cache_root(
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "root"))
     collect_sae_features(model, saes, PROMPTS, batch_size=4)
     assert len(list((tmp_path / "root" / "results").glob("*/chunk_*.pt"))) == 2
+
+
+def test_fresh_features_are_the_collectors_and_leave_no_cache(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    default = tmp_path / "default"
+    monkeypatch.setenv(cache.CACHE_ENV, str(default))
+    found = fresh_features(model, saes, PROMPTS, batch_size=4)
+    reference = collect_sae_features(model, saes, PROMPTS, batch_size=4, cache_dir=tmp_path / "own")
+    assert found.keys() == reference.keys()
+    for layer in found:
+        np.testing.assert_array_equal(found[layer].toarray(), reference[layer].toarray())
+    assert not default.exists() or not any(default.rglob("*"))  # nothing cached for a rerun
 
 
 def test_interrupted_run_resumes_from_saved_batches(

@@ -28,7 +28,6 @@ from transformer_lens import HookedTransformer
 from circuitlasso import cache
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.collect import collect_sae_features
-from circuitlasso.data.bias_in_bios import write_bias_in_bios_fixture
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.debias import (
@@ -285,7 +284,9 @@ def test_zeroing_a_planted_gender_feature_removes_the_gender_leak() -> None:
     assert retrain["profession"] > before["profession"] + 10
 
 
-def test_bad_inputs_raise_errors_naming_the_problem(toy, splits, probe, tmp_path: Path) -> None:
+def test_bad_inputs_raise_errors_naming_the_problem(
+    toy, splits, probe, tmp_path: Path, write_bias_in_bios
+) -> None:
     model, saes = toy
     with pytest.raises(ValueError, match="toy world has professions"):
         load_splits("toy_bias_in_bios", ("professor", "surgeon"))
@@ -304,7 +305,7 @@ def test_bad_inputs_raise_errors_naming_the_problem(toy, splits, probe, tmp_path
     with pytest.raises(ValueError, match="missing \\[2, 3\\]"):
         compare_methods(model, {0: saes[0], 1: saes[1]}, LAST, splits, PROFESSIONS, TOY_CONCEPTS)
     # The hub loader's path, on a local copy in the hub's format with too few biographies.
-    source = write_bias_in_bios_fixture(
+    source = write_bias_in_bios(
         tmp_path, {(p, g): 3 for p in PROFESSIONS for g in ("male", "female")}
     )
     frames = load_splits("bias_in_bios", PROFESSIONS, source=source)

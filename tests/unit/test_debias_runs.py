@@ -17,7 +17,7 @@ from sae_lens.saes.sae import SAEMetadata
 
 from circuitlasso.data import models
 from circuitlasso.evaluation import debias
-from circuitlasso.evaluation.debias import compare
+from circuitlasso.evaluation.debias import runs
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER_DIR = ROOT.parent / "shared" / "data" / "gpt2-tokenizer"
@@ -101,9 +101,9 @@ def test_compare_models_runs_each_model_at_its_layer_with_its_own_manual_feature
         calls.append(("truth", model, batch_size))
         return pd.DataFrame({"model": [model]})
 
-    monkeypatch.setattr(compare, "load_run", fake_load_run)
-    monkeypatch.setattr(compare, "compare_methods", fake_compare)
-    monkeypatch.setattr(compare, "rule_vs_toy_truth", fake_truth)
+    monkeypatch.setattr(runs, "load_run", fake_load_run)
+    monkeypatch.setattr(runs, "compare_methods", fake_compare)
+    monkeypatch.setattr(runs, "rule_vs_toy_truth", fake_truth)
     comparisons, truths = debias.compare_models(
         {"gemma-2-2b": 22, "toy": 3}, {}, ("professor", "nurse"), {}, device="cuda",
         circuitlasso_gender={"toy": [[3, 7]]}, lam_ratio=0.5, batch_size=8)  # fmt: skip

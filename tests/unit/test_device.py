@@ -38,18 +38,20 @@ import pytest
 import scipy.sparse as sp
 import torch
 from sae_lens import SAE
+from sklearn.model_selection import GridSearchCV
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso.circuits import features as feature_circuits
 from circuitlasso.circuits import interpret
-from circuitlasso.circuits.components import circuit_lasso
-from circuitlasso.circuits.features import LabelFit, fit_label, fit_layer_pair, lam_ablation
+from circuitlasso.circuits.components import component_circuit
+from circuitlasso.circuits.features import LabelFit, fit_label, fit_layer_pair
 from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.collect import collect_nodes, collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
+from circuitlasso.estimator import CircuitLasso, penalty_table
 from circuitlasso.evaluation.ablate import attribution_scores, feature_means, node_ablation_sweep
 from circuitlasso.evaluation.debias.probes import Probe, pooled_activations
 from circuitlasso.evaluation.debias.shift import ig_scores
@@ -329,11 +331,11 @@ def run_label_fit(s: Setup) -> dict[str, Any]:
     return {"coef": fit.coef, "intercept": np.array(fit.intercept)}
 
 
-def run_lam_ablation(s: Setup) -> dict[str, Any]:
+def run_penalty_table(s: Setup) -> dict[str, Any]:
     Z, y, half = s.inputs.Z[LAYERS[-1]], s.inputs.y, N_PROMPTS // 2
-    table, chosen = lam_ablation(Z[:half], y[:half], Z[half:], y[half:], [0.1],
-                                 layer=LAYERS[-1], min_prompts=2, device=s.device)  # fmt: skip
-    return {**_frame(table), "chosen": chosen}
+    estimator = CircuitLasso(min_prompts=2, device=s.device)
+    search = GridSearchCV(estimator, {"label_lam_ratio": [0.1]}, cv=2).fit(Z[:half], y[:half])
+    return _frame(penalty_table(search, Z[:half], y[:half], Z[half:], y[half:]))
 
 
 def run_labels(s: Setup) -> dict[str, Any]:
@@ -379,7 +381,7 @@ def run_debias(s: Setup) -> dict[str, Any]:
 
 def run_neuron_circuits(s: Setup) -> dict[str, Any]:
     tokens = torch.cat([s.inputs.clean, s.inputs.corrupted])
-    result = circuit_lasso(s.tiny, tokens)
+    result = component_circuit(s.tiny, tokens)
     return {
         "X": _np(collect_nodes(s.tiny, tokens).X),
         "scores": np.array(list(result.scores.values())),
@@ -424,7 +426,7 @@ PATHS = {
     "fit_layer_pair": Path(run_layer_pair, FIT_TOLERANCE, ("lam_max", "lasso")),
     "trace_circuit": Path(run_trace, FIT_TOLERANCE, ("lam_max", "lasso")),
     "fit_label": Path(run_label_fit, FIT_TOLERANCE, ("logistic_lasso",)),
-    "lam_ablation": Path(run_lam_ablation, FIT_TOLERANCE, ("logistic_lasso",)),
+    "penalty_table": Path(run_penalty_table, FIT_TOLERANCE, ("logistic_lasso",)),
     "labels": Path(run_labels, MODEL_TOLERANCE),
     "ablation_and_attribution": Path(run_ablation, MODEL_TOLERANCE),
     "debias": Path(run_debias, MODEL_TOLERANCE),

@@ -12,6 +12,7 @@ from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.utils.estimator_checks import check_estimator
 
+from circuitlasso.circuits import defaults
 from circuitlasso.circuits.interpret import top_tokens
 from circuitlasso.collect import LayerFeatures, collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
@@ -247,7 +248,7 @@ def test_params_clone_and_grid_search_on_the_toy_world(toy) -> None:
     best score is the best of the ratios' mean fold accuracies, and the refit circuit is that of
     a plain fit at the chosen ratio on all prompts."""
     estimator = CircuitLasso(lam_ratio=0.1, roots=2, k=1, min_prompts=5)
-    assert estimator.get_params()["label_lam_ratio"] == 0.01
+    assert estimator.get_params()["label_lam_ratio"] is None  # the default ratio
     copy = clone(estimator.set_params(label_lam_ratio=0.05))
     assert copy.get_params() == estimator.get_params() and not hasattr(copy, "coef_")
     ratios = [0.02, 0.1, 0.5]
@@ -266,6 +267,42 @@ def test_params_clone_and_grid_search_on_the_toy_world(toy) -> None:
     best = clone(estimator).set_params(**search.best_params_).fit(toy["Z"], toy["y"])
     assert search.best_estimator_.circuit_ == best.circuit_
     assert search.score(toy["Z"], toy["y"]) == best.score(toy["Z"], toy["y"])
+
+
+def test_a_penalty_is_a_ratio_or_an_absolute_lambda(toy) -> None:
+    """``label_lam`` / ``lam`` (absolute) give the fit of the ratio they amount to; the default
+    is the shared default ratio; a ratio and a lambda together are refused at ``fit``."""
+    params = {"roots": 2, "k": 1, "min_prompts": 5}
+    by_default = CircuitLasso(**params).fit(toy["Z"], toy["y"])
+    by_ratio = CircuitLasso(label_lam_ratio=defaults.LABEL_LAM_RATIO, **params)
+    by_ratio.fit(toy["Z"], toy["y"])
+    assert by_default.lam_ == by_ratio.lam_
+    np.testing.assert_array_equal(by_default.coef_, by_ratio.coef_)
+    absolute = CircuitLasso(label_lam=by_ratio.lam_, **params).fit(toy["Z"], toy["y"])
+    np.testing.assert_allclose(absolute.coef_, by_ratio.coef_, rtol=1e-6, atol=1e-9)
+    assert absolute.label_fit_.lam_ratio == pytest.approx(defaults.LABEL_LAM_RATIO)
+    child = int(np.argmax(np.diff(sp.csc_matrix(toy["Z"][3]).indptr)))  # the most active
+    pair = by_ratio.regressions_.parents(3, [child])[child]
+    lam = float(pair.lam[list(pair.children).index(child)])
+    assert lam > 0 and pair.column(child).nnz > 0
+    absolute = CircuitLasso(lam=lam, **params).fit(toy["Z"], toy["y"])
+    same = absolute.regressions_.parents(3, [child])[child]
+    np.testing.assert_allclose(same.column(child).toarray(), pair.column(child).toarray(),
+                               rtol=1e-5, atol=1e-8)  # fmt: skip
+    with pytest.raises(ValueError, match="as lam_ratio or as lam, not both"):
+        CircuitLasso(label_lam_ratio=0.1, label_lam=1e-3).fit(toy["Z"], toy["y"])
+    with pytest.raises(ValueError, match="lam must be > 0"):
+        CircuitLasso(label_lam=-1.0).fit(toy["Z"], toy["y"])
+    lams = [by_ratio.lam_ / 10, by_ratio.lam_, by_ratio.lam_ * 10]
+    search = GridSearchCV(CircuitLasso(**params), {"label_lam": lams}, cv=KFold(2))
+    search.fit(toy["Z"], toy["y"])
+    means = [
+        cross_val_score(
+            CircuitLasso(label_lam=lam, **params), toy["Z"], toy["y"], cv=KFold(2)
+        ).mean()
+        for lam in lams
+    ]
+    assert search.best_params_["label_lam"] == lams[int(np.argmax(means))]
 
 
 def test_layer_features_split_by_prompts(layers) -> None:

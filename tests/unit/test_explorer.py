@@ -19,10 +19,15 @@ from circuitlasso.presentation.cli import main
 from circuitlasso.presentation.reproduce import HIDE_INPUT_TAG, collapse_long_cells
 
 
+def toy_explorer_data(toy_circuit, **options) -> dict:
+    study = toy_circuit.study
+    return ex.explorer_data(toy_circuit.lasso, study.model, study.saes, study.prompts, study.y,
+                            name=study.name, **options)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def data(toy_circuit) -> dict:
-    return ex.explorer_data(toy_circuit.study, toy_circuit.label_fit, toy_circuit.circuit,
-                            sentences=3, prompts=12)  # fmt: skip
+    return toy_explorer_data(toy_circuit, sentences=3, rows=12)
 
 
 def test_nodes_and_edges_are_the_circuits(toy_circuit, data) -> None:
@@ -93,21 +98,24 @@ def _one_edge(circuit: Circuit) -> Circuit:
 
 
 def test_prompts_can_be_given_by_row(toy_circuit) -> None:
-    study, fit, circuit = toy_circuit.study, toy_circuit.label_fit, _one_edge(toy_circuit.circuit)
-    chosen = ex.explorer_data(study, fit, circuit, sentences=1, prompts=[5, 0])
+    circuit = _one_edge(toy_circuit.circuit)
+    chosen = toy_explorer_data(toy_circuit, circuit=circuit, sentences=1, rows=[5, 0])
     assert [p["prompt"] for p in chosen["prompts"]] == [5, 0]
     with pytest.raises(ValueError, match=r"prompt rows \[300\] out of range"):
-        ex.explorer_data(study, fit, circuit, sentences=1, prompts=[300])
+        toy_explorer_data(toy_circuit, circuit=circuit, sentences=1, rows=[300])
 
 
-def test_an_uninterpreted_circuit_is_refused(toy_circuit) -> None:
+def test_an_uninterpreted_circuit_and_other_prompts_are_refused(toy_circuit) -> None:
     bare = Circuit()
     for node, attrs in _one_edge(toy_circuit.circuit).nodes(data=True):
         bare.add_node(node, **{k: v for k, v in attrs.items() if k != "top_tokens"})
-    with pytest.raises(ValueError, match=r"no top_tokens: call study.interpret_circuit"):
-        ex.explorer_data(toy_circuit.study, toy_circuit.label_fit, bare)
+    with pytest.raises(ValueError, match=r"no top_tokens: interpret the circuit first"):
+        toy_explorer_data(toy_circuit, circuit=bare)
     with pytest.raises(ValueError, match="the circuit has no nodes"):
-        ex.explorer_data(toy_circuit.study, toy_circuit.label_fit, Circuit())
+        toy_explorer_data(toy_circuit, circuit=Circuit())
+    study = toy_circuit.study
+    with pytest.raises(ValueError, match="got 299 prompts and 300 labels for features of 300"):
+        ex.explorer_data(toy_circuit.lasso, study.model, study.saes, study.prompts[1:], study.y)
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
 """The faithfulness experiment's choices and reports against independent references.
 
-References: hand computations on small frames, a fake clock, the collector with its own cache,
-the ablation functions of :mod:`circuitlasso.evaluation.ablate` called one ranking at a time as
-the section used to call them, the label fit's own nonzero coefficients (the roots of the
-trace), and a surrogate built by hand from two layer-pair fits.
+References: hand computations on small frames, a fake clock, the ablation functions of
+:mod:`circuitlasso.evaluation.ablate` called one ranking at a time as the section used to call
+them, the label fit's own nonzero coefficients (the roots of the trace), and a surrogate built by
+hand from two layer-pair fits.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sae_lens import SAE
 from sklearn.linear_model import LogisticRegression
 from transformer_lens import HookedTransformer
 
-from circuitlasso import cache
+from circuitlasso import timing
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.trace import LayerRegressions
@@ -69,7 +69,7 @@ def label_fit(toy, tmp_path_factory: pytest.TempPathFactory) -> LabelFit:
     return readout(Z[LAST], train["label"].to_numpy(), LAST)
 
 
-# ---------------------------------------------------------------- sentences and runtime
+# ---------------------------------------------------------------- sentences
 
 
 def test_evaluation_sentences_are_a_seeded_class_balanced_sample() -> None:
@@ -89,23 +89,6 @@ def test_evaluation_sentences_are_a_seeded_class_balanced_sample() -> None:
         fa.evaluation_sentences(train, test, 6, 10, seed=0)
     with pytest.raises(ValueError, match=r"the train frame lacks columns \['sentence'\]"):
         fa.evaluation_sentences(train.rename(columns={"sentence": "text"}), test, 1, 1, seed=0)
-
-
-def test_fresh_features_are_the_collectors_and_leave_no_cache(
-    toy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model, saes = toy
-    default = tmp_path / "default"
-    monkeypatch.setenv(cache.CACHE_ENV, str(default))
-    prompts = load_toy_cola("test")["sentence"].tolist()[:6]
-    found = fa.fresh_features(model, {1: saes[1], LAST: saes[LAST]}, prompts, batch_size=4)
-    own = tmp_path / "own"
-    reference = collect_sae_features(model, {1: saes[1], LAST: saes[LAST]}, prompts,
-                                     batch_size=4, cache_dir=own, progress=False)  # fmt: skip
-    assert found.keys() == reference.keys()
-    for layer in found:
-        np.testing.assert_array_equal(found[layer].toarray(), reference[layer].toarray())
-    assert not default.exists() or not any(default.rglob("*"))  # nothing cached for a rerun
 
 
 # ---------------------------------------------------------------- rankings
@@ -262,7 +245,7 @@ def test_curve_table_pivots_rounds_and_has_no_signed_zeros() -> None:
 
 def test_runtime_table_and_method_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     ticks = iter([0.0, 1.04, 3.0])
-    monkeypatch.setattr(fa.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
     clock = fa.Stopwatch()
     clock.lap("collect")
     clock.lap("fit")
@@ -305,7 +288,7 @@ def test_summary_of_a_small_experiment(chain, monkeypatch: pytest.MonkeyPatch) -
     node = pd.concat([sweep("CircuitLasso", [4, 5], [0.9, 1.0]), sweep("random", [4], [0.1])])
     edge = sweep("CircuitLasso", [4, 9], [0.5, 1.0])
     ticks = iter([0.0, 2.0])
-    monkeypatch.setattr(fa.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
     clock = fa.Stopwatch()
     clock.lap("all")
     found = fa.summary(traced, node, edge, clock, fa.Baseline({}, {}, 5.678), target=0.8)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.linear_model import Lasso, LogisticRegression
+from sklearn.model_selection import GridSearchCV, KFold
 
 from circuitlasso.circuits.features import (
     LabelFit,
@@ -25,8 +26,8 @@ from circuitlasso.circuits.features import (
     fit_layer_pair,
     frequent_features,
     label_lam_max,
-    lam_ablation,
 )
+from circuitlasso.estimator import CircuitLasso, penalty_table
 
 M, D_PARENT, D_CHILD = 300, 25, 6
 
@@ -418,10 +419,10 @@ def test_fit_label_rejects_bad_inputs(labels, ratio, min_prompts, kind, message)
         fit_label(Z, labels, ratio, layer=0, kind=kind, min_prompts=min_prompts)
 
 
-# ---------------------------------------------------------------- lam_ablation
+# ---------------------------------------------------------------- penalty_table
 
 COLUMNS = [
-    "lam_ratio",
+    "label_lam_ratio",
     "lam",
     "train_loss",
     "l1_norm",
@@ -438,24 +439,24 @@ def cross_entropy_and_accuracy(p: np.ndarray, y: np.ndarray) -> tuple[float, flo
     return float(loss), float(np.mean((p > 0.5) == y))
 
 
-def test_lam_ablation_table_and_choice(label_data) -> None:
+def ratio_search(ratios: list[float], Z: sp.csr_matrix, y: np.ndarray) -> GridSearchCV:
+    return GridSearchCV(CircuitLasso(), {"label_lam_ratio": ratios}, cv=KFold(3)).fit(Z, y)
+
+
+def test_penalty_table_rows_and_the_search_choice(label_data) -> None:
     Z, y = label_data
     train, test = np.arange(200), np.arange(200, M)
     Z_tr, Z_te = sp.csr_matrix(Z[train]), sp.csr_matrix(Z[test])
     top = logistic_lam_max(Z[train], y[train])
     ratios = [0.02, 0.2, 0.6, 1.5]
-    table, chosen = lam_ablation(Z_tr, y[train], Z_te, y[test], ratios, layer=2)
+    search = ratio_search(ratios, Z_tr, y[train])
+    table = penalty_table(search, Z_tr, y[train], Z_te, y[test])
 
     assert list(table.columns) == COLUMNS and len(table) == len(ratios)
-    np.testing.assert_allclose(table["lam_ratio"], ratios)
+    np.testing.assert_allclose(table["label_lam_ratio"], ratios)
     np.testing.assert_allclose(table["lam"], np.array(ratios) * top, rtol=1e-12)
-    # the held-out fits: the other rows of the seeded split, at the same lam (not the same ratio)
-    order = np.random.default_rng(0).permutation(len(train))
-    n_val = round(0.2 * len(train))
-    val, rest = order[:n_val], order[n_val:]
-    rest_top = logistic_lam_max(Z[train][rest], y[train][rest])
     for row, ratio in zip(table.itertuples(), ratios, strict=True):
-        fit = fit_label(Z_tr, y[train], ratio, layer=2)
+        fit = fit_label(Z_tr, y[train], ratio, layer=0)
         train_loss, train_acc = cross_entropy_and_accuracy(fit.predict_proba(Z_tr), y[train])
         test_loss, test_acc = cross_entropy_and_accuracy(fit.predict_proba(Z_te), y[test])
         assert row.train_loss == pytest.approx(train_loss, rel=1e-9)
@@ -463,68 +464,54 @@ def test_lam_ablation_table_and_choice(label_data) -> None:
         assert (row.train_accuracy, row.test_accuracy) == (train_acc, test_acc)
         assert row.l1_norm == pytest.approx(np.abs(fit.coef).sum(), rel=1e-9)
         assert row.nonzero == np.count_nonzero(fit.coef)
-        held = fit_label(Z_tr[rest], y[train][rest], ratio * top / rest_top, layer=2)
-        assert held.lam == pytest.approx(ratio * top, rel=1e-12)
-        assert row.validation_accuracy == np.mean(held.predict(Z_tr[val]) == y[train][val])
+        # validation: the mean accuracy over the search's folds, each fit on the other folds
+        folds = []
+        for rest, val in KFold(3).split(Z_tr):
+            held = fit_label(Z_tr[rest], y[train][rest], ratio, layer=0)
+            folds.append(np.mean(held.predict(Z_tr[val]) == y[train][val]))
+        assert row.validation_accuracy == pytest.approx(np.mean(folds), abs=1e-12)
 
     nonzero = table["nonzero"].to_numpy()
     assert nonzero[0] > 0 and nonzero[-1] == 0
     assert (np.diff(nonzero) <= 0).all()
     assert (np.diff(table["l1_norm"].to_numpy()) <= 0).all()
     assert (np.diff(table["train_loss"].to_numpy()) >= 0).all()
-
     validation = table["validation_accuracy"].to_numpy()
-    best = validation.max()
-    assert chosen == max(r for r, v in zip(ratios, validation, strict=True) if v == best)
+    assert search.best_params_["label_lam_ratio"] == ratios[int(np.argmax(validation))]
 
     # the choice never looks at the test set
     rng = np.random.default_rng(9)
     other_test = sp.csr_matrix(sparse_nonneg(rng, 50, Z.shape[1], 0.3))
-    other_y = rng.integers(0, 2, 50)
-    table2, chosen2 = lam_ablation(Z_tr, y[train], other_test, other_y, ratios, layer=2)
-    assert chosen2 == chosen
+    table2 = penalty_table(search, Z_tr, y[train], other_test, rng.integers(0, 2, 50))
     np.testing.assert_array_equal(table2["validation_accuracy"], validation)
 
 
-def test_lam_ablation_ties_go_to_the_larger_ratio() -> None:
-    # feature 0 is active exactly on the positive prompts: every moderate ratio is perfect
-    rng = np.random.default_rng(6)
-    n = 240
-    y = rng.integers(0, 2, n)
-    Z = sparse_nonneg(rng, n, 20, 0.3)
-    Z[:, 0] = np.where(y == 1, 1.0 + rng.random(n), 0.0)
-    Zs = sp.csr_matrix(Z)
-    ratios = [0.05, 0.1, 0.3, 2.0]
-    table, chosen = lam_ablation(Zs, y, Zs, y, ratios, layer=0, seed=3)
-    validation = table["validation_accuracy"].to_numpy()
-    assert (validation[:3] == 1.0).all() and validation[3] < 1.0
-    assert chosen == ratios[2]
-
-
-def test_lam_ablation_scores_multiclass_and_regression_targets(label_data, multiclass_data):
+def test_penalty_table_scores_multiclass_and_regression_targets(label_data, multiclass_data):
     Z, y = multiclass_data
     train, test = np.arange(200), np.arange(200, M)
     Z_tr, Z_te = sp.csr_matrix(Z[train]), sp.csr_matrix(Z[test])
-    table, _ = lam_ablation(Z_tr, y[train], Z_te, y[test], [0.05, 0.3], layer=0)
+    search = ratio_search([0.05, 0.3], Z_tr, y[train])
+    table = penalty_table(search, Z_tr, y[train], Z_te, y[test])
     for row in table.itertuples():
-        fit = fit_label(Z_tr, y[train], row.lam_ratio, layer=0)
+        fit = fit_label(Z_tr, y[train], row.label_lam_ratio, layer=0)
         proba = fit.predict_proba(Z_te)
         codes = np.searchsorted(fit.classes, y[test])
         assert row.test_loss == pytest.approx(-np.mean(np.log(proba[np.arange(100), codes])))
         assert row.test_accuracy == np.mean(fit.classes[proba.argmax(1)] == y[test])
     with pytest.raises(ValueError, match=r"labels \['emu'\] are not among the classes"):
-        lam_ablation(Z_tr, y[train], Z_te, np.where(y[test] == "dog", "emu", y[test]), [0.3],
-                     layer=0)  # fmt: skip
+        penalty_table(search, Z_tr, y[train], Z_te, np.where(y[test] == "dog", "emu", y[test]))
 
     Z, _ = label_data
     values = 2 * Z[:, 0] - Z[:, 3] + 0.2 * np.random.default_rng(13).standard_normal(M)
     Z_tr, Z_te = sp.csr_matrix(Z[train]), sp.csr_matrix(Z[test])
-    table, chosen = lam_ablation(Z_tr, values[train], Z_te, values[test], [0.01, 0.9], layer=0)
+    search = ratio_search([0.01, 0.9], Z_tr, values[train])
+    table = penalty_table(search, Z_tr, values[train], Z_te, values[test])
     assert "test_r2" in table and "test_accuracy" not in table
     for row in table.itertuples():
-        fit = fit_label(Z_tr, values[train], row.lam_ratio, layer=0)
+        fit = fit_label(Z_tr, values[train], row.label_lam_ratio, layer=0)
         residual = values[test] - (Z[test] @ fit.coef + fit.intercept)
         total = np.sum((values[test] - values[test].mean()) ** 2)
         assert row.test_loss == pytest.approx(np.mean(residual**2), rel=1e-9)
         assert row.test_r2 == pytest.approx(1 - residual @ residual / total, rel=1e-9)
-    assert chosen == 0.01 and table["validation_r2"].iloc[0] > table["validation_r2"].iloc[1]
+    assert search.best_params_["label_lam_ratio"] == 0.01
+    assert table["validation_r2"].iloc[0] > table["validation_r2"].iloc[1]

@@ -22,7 +22,7 @@ from circuitlasso import cache
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data import models
 from circuitlasso.evaluation.ablate import feature_means
-from circuitlasso.forward import check_sae_keys, splice_hooks
+from circuitlasso.forward import sae_layers, splice_hooks
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 NOTES_SENTENCE = "He said that himself was hungry."
@@ -217,27 +217,62 @@ def test_toy_names_dispatch_to_the_toy_world(
     assert model is tiny and not model.training
     assert models.load_saes("toy", [0], model=model) == {0: sae}
     assert calls == [("model", None), ("saes", [0])]
+    # addressed by hook name, keyed as asked; the int is its shorthand
+    hook = "blocks.0.hook_resid_post"
+    assert models.load_saes("toy", [hook]) == {hook: sae}
+    assert calls[-1] == ("saes", [0])
     with pytest.raises(ValueError, match="resid_post"):
         models.load_saes("toy", [0], hook="mlp_out")
+    with pytest.raises(ValueError, match="resid_post"):
+        models.load_saes("toy", ["blocks.0.hook_mlp_out"])
+    with pytest.raises(ValueError, match="'resid_post' is not the hook name of a block's SAE"):
+        models.load_saes("toy", ["resid_post"])
 
 
-def test_check_sae_keys_wants_each_sae_under_the_layer_of_its_hook(
-    tiny: HookedTransformer,
-) -> None:
+def test_sae_layers_keys_each_sae_by_the_layer_of_its_hook(tiny: HookedTransformer) -> None:
     d = tiny.cfg.d_model
     block0, block1 = tiny_sae(d, "blocks.0.hook_resid_post"), tiny_sae(d, "blocks.1.hook_mlp_out")
-    check_sae_keys({0: block0, 1: block1})
-    check_sae_keys({np.int64(1): block1})  # a numpy integer is a layer too
-    # a hook outside the blocks has no layer: no key contradicts it
-    check_sae_keys({0: tiny_sae(d, "hook_embed"), 7: tiny_sae(d, "hook_pos_embed")})
+    assert sae_layers({0: block0, 1: block1}) == {0: block0, 1: block1}
+    assert sae_layers({np.int64(1): block1}) == {1: block1}  # a numpy integer is a layer too
+    by_hook = {"blocks.1.hook_mlp_out": block1, "blocks.0.hook_resid_post": block0}
+    assert sae_layers(by_hook) == {1: block1, 0: block0}
+    assert sae_layers({"blocks.0.hook_resid_post": block0, 1: block1}) == {0: block0, 1: block1}
+    # a hook outside the blocks has no layer: an int key places it
+    embed, pos = tiny_sae(d, "hook_embed"), tiny_sae(d, "hook_pos_embed")
+    assert sae_layers({0: embed, 7: pos}) == {0: embed, 7: pos}
+    with pytest.raises(ValueError, match="hook 'hook_embed' is outside the blocks"):
+        sae_layers({"hook_embed": embed})
     with pytest.raises(
         ValueError, match=r"layer key 0 reads hook 'blocks\.1\.hook_mlp_out', a hook of layer 1"
     ):
-        check_sae_keys({0: block1, 1: block0})  # swapped
+        sae_layers({0: block1, 1: block0})  # swapped
     with pytest.raises(ValueError, match=r"layer key 10 reads hook 'blocks\.1\.hook_mlp_out'"):
-        check_sae_keys({10: block1})  # blocks.1 is no prefix match of key 10
-    with pytest.raises(ValueError, match="SAE key 'blocks.0' .* is not an int layer"):
-        check_sae_keys({"blocks.0": block0})  # type: ignore[dict-item]
+        sae_layers({10: block1})  # blocks.1 is no prefix match of key 10
+    with pytest.raises(
+        ValueError, match=r"hook key 'blocks\.0\.hook_mlp_out' reads hook 'blocks\.0\.hook_resid"
+    ):
+        sae_layers({"blocks.0.hook_mlp_out": block0})
+    with pytest.raises(ValueError, match="SAE key 2.5 .* is neither a hook name nor a layer"):
+        sae_layers({2.5: block0})  # type: ignore[dict-item]
+    pre0 = tiny_sae(d, "blocks.0.hook_resid_pre")
+    with pytest.raises(ValueError, match="two SAEs of layer 0"):
+        sae_layers({"blocks.0.hook_resid_pre": pre0, "blocks.0.hook_resid_post": block0})
+    with pytest.raises(ValueError, match="two SAEs of layer 0"):
+        sae_layers({0: block0, "blocks.0.hook_resid_pre": pre0})
+
+
+def test_saes_keyed_by_hook_name_give_the_features_of_int_keys(
+    tiny: HookedTransformer, tmp_path: Path
+) -> None:
+    d = tiny.cfg.d_model
+    saes = {0: tiny_sae(d, "blocks.0.hook_resid_post"), 1: tiny_sae(d, "blocks.1.hook_resid_post")}
+    by_hook = {str(sae.cfg.metadata.hook_name): sae for sae in saes.values()}
+    prompts = ["Hello there", "The cat sat on the mat."]
+    by_layer = collect_sae_features(tiny, saes, prompts, cache=False)
+    Z = collect_sae_features(tiny, by_hook, prompts, cache=False)
+    assert sorted(Z) == [0, 1]
+    for layer in saes:
+        assert (Z[layer] != by_layer[layer]).nnz == 0
 
 
 def test_an_sae_under_the_wrong_key_is_refused_where_saes_are_used(

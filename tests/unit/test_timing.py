@@ -1,4 +1,5 @@
-"""The stopwatch: stages closed by lap and by block, against a fake clock; the memory sampler."""
+"""The stopwatch: stages closed by lap and by block (one block or several added up), against a
+fake clock; the memory sampler."""
 
 import sys
 import time
@@ -22,6 +23,24 @@ def test_laps_and_blocks_time_consecutive_stages(monkeypatch: pytest.MonkeyPatch
     assert list(clock.laps) == ["load", "block", "fit"]
     assert clock.total == 13.5
     assert clock.table()["seconds"].to_dict() == {"load": 3.0, "block": 3.0, "fit": 7.5}
+
+
+def test_blocks_added_to_one_stage_sum_their_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter([0.0, 1.0, 3.0, 4.0, 4.5, 10.0, 10.25, 12.0, 13.0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
+    clock = Stopwatch()  # made at 0
+    with clock.timed("collect", add=True):  # 1 to 3
+        pass
+    with clock.timed("attribute", add=True):  # 4 to 4.5
+        pass
+    with clock.timed("collect", add=True):  # 10 to 10.25
+        pass
+    assert clock.laps == {"collect": 2.25, "attribute": 0.5}
+    assert list(clock.laps) == ["collect", "attribute"]  # in the order they first ended
+    assert clock.lap("rest") == 1.75  # from the last block's end, 10.25, to 12
+    with pytest.raises(ValueError, match="stage 'collect' was already timed"):
+        with clock.timed("collect"):  # from 13: refused without add
+            pass
 
 
 def test_a_stage_is_timed_once() -> None:

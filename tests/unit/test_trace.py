@@ -90,7 +90,7 @@ def test_label_fit_reads_only_the_planted_feature(label_fit: LabelFit) -> None:
 
 
 def test_trace_recovers_the_planted_chain(chain, label_fit: LabelFit) -> None:
-    graph = trace_circuit(label_fit, regressions(chain), roots=1, k=1)
+    graph = trace_circuit(label_fit, regressions(chain), roots=1, k=1, standardized=False)
     assert set(graph.nodes) == {"z2.7", "z1.3", "z0.5"}
     assert set(graph.edges) == {("z1.3", "z2.7"), ("z0.5", "z1.3")}
     for name, layer, feature in [("z2.7", 2, 7), ("z1.3", 1, 3), ("z0.5", 0, 5)]:
@@ -108,7 +108,7 @@ def test_trace_recovers_the_planted_chain(chain, label_fit: LabelFit) -> None:
 
 def test_trace_edges_hold_the_layer_pair_coefficients(chain, label_fit: LabelFit) -> None:
     Z, _ = chain
-    graph = trace_circuit(label_fit, regressions(chain), roots=[7], k=2)
+    graph = trace_circuit(label_fit, regressions(chain), roots=[7], k=2, standardized=False)
     full = {layer: full_fit(Z, layer) for layer in (1, 2)}
     assert {u for u, v in graph.in_edges("z2.7")} == {"z1.3", "z1.9"}  # the two planted parents
     for u, v, data in graph.edges(data=True):
@@ -150,9 +150,13 @@ def test_parent_shared_by_two_children_sums_their_scores(chain, label_fit) -> No
 
 
 def test_mass_rule_keeps_the_fewest_parents_reaching_the_share(chain, label_fit) -> None:
-    graph = trace_circuit(label_fit, regressions(chain), roots=1, k=None, mass=0.6)
+    graph = trace_circuit(
+        label_fit, regressions(chain), roots=1, k=None, mass=0.6, standardized=False
+    )
     assert {u for u, _ in graph.in_edges("z2.7")} == {"z1.3"}  # |coef| 0.95 of about 1.36 in all
-    graph = trace_circuit(label_fit, regressions(chain), roots=1, k=None, mass=0.8)
+    graph = trace_circuit(
+        label_fit, regressions(chain), roots=1, k=None, mass=0.8, standardized=False
+    )
     assert {u for u, _ in graph.in_edges("z2.7")} == {"z1.3", "z1.9"}
 
 

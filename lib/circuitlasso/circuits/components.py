@@ -38,7 +38,6 @@ variant. None of these choices looks at a ground truth.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +54,7 @@ from circuitlasso.collect import NodeActivations, collect_nodes
 from circuitlasso.data.graph import graph_nodes
 from circuitlasso.solve import block_lasso, lam_max, lasso
 from circuitlasso.solve.prepare import column_stats
+from circuitlasso.timing import Stopwatch
 
 NEGLIGIBLE_STD = 1e-6  # columns whose std is below this fraction of the largest std are constant
 LINEAR_TOL = 1e-4  # the linear fits stop at a duality gap below this times each column's variance
@@ -331,7 +331,7 @@ def nonlinear_edge_scores(
     return scores
 
 
-def circuit_lasso(
+def component_circuit(
     model: HookedTransformer,
     tokens: torch.Tensor,
     position_mask: torch.Tensor | None = None,
@@ -346,14 +346,13 @@ def circuit_lasso(
     ``lam_ratio`` sets the penalty of the linear and the nonlinear variant alike (module
     docstring).
     """
-    tic = time.perf_counter()
+    clock = Stopwatch()
     acts = collect_nodes(model, tokens, position_mask)
-    collected = time.perf_counter()
+    collect_seconds = clock.lap("collect")
     reads = read_maps(model) if read_projection else None
     if nonlinear:
         scores = nonlinear_edge_scores(acts, lam_ratio, reads, seed=seed)
     else:
         scores = linear_edge_scores(acts, lam_ratio, reads)
     threshold = gap_threshold(scores)
-    done = time.perf_counter()
-    return CircuitLassoResult(scores, threshold, collected - tic, done - collected)
+    return CircuitLassoResult(scores, threshold, collect_seconds, clock.lap("solve"))

@@ -1,19 +1,20 @@
 """CircuitLasso on SAE features (paper Sec. 3.3): layer-pair regressions and a label regression.
 
 Inputs are the token-averaged SAE features of :func:`circuitlasso.collect.collect_sae_features`,
-``Z[l]: (M, D_l)`` sparse, one row per prompt. Every fit here takes its penalty as ``lam_ratio``,
-a fraction of that regression's ``lam_max`` (the convention and its conversion to the paper's
-lambda are in :mod:`circuitlasso.solve`).
+``Z[l]: (M, D_l)`` sparse, one row per prompt. Every fit here takes its penalty either as
+``lam_ratio``, a fraction of that regression's ``lam_max``, or as an absolute ``lam`` (a
+:class:`Penalty`; both conventions and their conversion to the paper's lambda are in
+:mod:`circuitlasso.solve`); defaults are in :mod:`circuitlasso.circuits.defaults`.
 
 - Layer pairs (paper Eq. 4): ``Z[child] ~ Z[parent] A`` by a multi-output Lasso. Each child
   feature is its own Lasso problem, so :func:`fit_layer_pair` can fit just the child features a
   trace needs (``children=``) and get exactly the columns the full ``A`` would hold; each child
-  gets ``lam_ratio`` times its own ``lam_max``.
+  gets ``lam_ratio`` times its own ``lam_max`` (or the one absolute ``lam``).
 - The label (paper Eq. 5): ``y ~ Z[L] A_{L,y}`` with the loss of the target's kind
   (:mod:`circuitlasso.data.targets`): l1-penalized logistic regression for a binary target,
   multinomial (softmax) for a multi-class one, the Lasso (squared error) for a real-valued one.
-  :func:`lam_ablation` reproduces the paper's table of train/test loss, l1 norm and accuracy over
-  a grid of ratios.
+  :func:`readout_scores` gives its loss and accuracy (or R^2) on any prompts; the paper's table
+  over a grid of penalties is :func:`circuitlasso.estimator.penalty_table`.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 import numpy as np
-import pandas as pd
 import scipy.sparse as sp
 import torch
 
+from circuitlasso.circuits import defaults
 from circuitlasso.data.targets import Target, TargetKind, make_target
 from circuitlasso.solve import lam_max, lasso, logistic_lam_max, logistic_lasso, multinomial_lasso
 from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB
@@ -96,9 +97,36 @@ def frequent_features(Z: Features, min_prompts: int) -> np.ndarray:
     return np.flatnonzero(counts >= min_prompts)
 
 
-def _check_ratio(lam_ratio: float) -> None:
-    if not (np.isfinite(lam_ratio) and lam_ratio > 0):
-        raise ValueError(f"lam_ratio must be > 0 (a fraction of lam_max), got {lam_ratio}")
+@dataclass(frozen=True)
+class Penalty:
+    """A regression's l1 penalty: ``ratio`` times its ``lam_max``, or the absolute ``lam`` (on
+    the solvers' mean scale; see :mod:`circuitlasso.solve` for both and for the paper's lambda).
+    Exactly one is set."""
+
+    ratio: float | None = None
+    lam: float | None = None
+
+    @classmethod
+    def of(cls, lam_ratio: float | None, lam: float | None, default_ratio: float) -> Penalty:
+        """The penalty asked for by ``lam_ratio`` or ``lam`` (at most one of them; neither:
+        ``default_ratio``), each checked to be a positive number."""
+        if lam_ratio is not None and lam is not None:
+            raise ValueError(
+                f"give the penalty as lam_ratio or as lam, not both (got {lam_ratio}, {lam})"
+            )
+        if lam is not None:
+            if not (np.isfinite(lam) and lam > 0):
+                raise ValueError(f"lam must be > 0 (an absolute penalty), got {lam}")
+            return cls(lam=float(lam))
+        ratio = default_ratio if lam_ratio is None else lam_ratio
+        if not (np.isfinite(ratio) and ratio > 0):
+            raise ValueError(f"lam_ratio must be > 0 (a fraction of lam_max), got {ratio}")
+        return cls(ratio=float(ratio))
+
+    def lam_for(self, top: float | np.ndarray) -> float | np.ndarray:
+        """The absolute penalty for a regression (or each of several) whose ``lam_max`` is
+        ``top``."""
+        return self.lam if self.lam is not None else self.ratio * top  # type: ignore[operator]
 
 
 def _check_pair(parent: Features, child: Features) -> None:
@@ -113,20 +141,22 @@ def _check_pair(parent: Features, child: Features) -> None:
 def fit_layer_pair(
     Z_parent: Features,
     Z_child: Features,
-    lam_ratio: float,
+    lam_ratio: float | None = None,
     *,
+    lam: float | None = None,
     parent: int,
     child: int,
     children: Sequence[int] | None = None,
-    min_prompts: int = 1,
-    tol: float = 1e-4,
+    min_prompts: int = defaults.MIN_PROMPTS,
+    tol: float = defaults.PAIR_TOL,
     progress: bool = False,
     device: torch.device | str | None = None,
     memory_gib: float = DEFAULT_MEMORY_GIB,
 ) -> LayerPairFit:
     """Lasso of child features ``Z_child[:, children]: (M, k)`` on ``Z_parent: (M, D_parent)``
-    (all child features if ``children`` is None), each with ``lam = lam_ratio * lam_max``
-    (ratios >= 1 give zero columns).
+    (all child features if ``children`` is None), each with ``lam = lam_ratio * lam_max`` (ratios
+    >= 1 give zero columns; default :data:`~circuitlasso.circuits.defaults.LAM_RATIO`), or with
+    the one absolute ``lam`` given instead (:class:`Penalty`).
 
     Only parents active on at least ``min_prompts`` prompts are predictors (see
     :func:`frequent_features`). A child that never varies has nothing to explain: its column is
@@ -134,7 +164,7 @@ def fit_layer_pair(
     result is on the CPU either way. ``memory_gib``: the solver's memory budget (see
     :mod:`circuitlasso.solve.memory`).
     """
-    _check_ratio(lam_ratio)
+    penalty = Penalty.of(lam_ratio, lam, defaults.LAM_RATIO)
     _check_pair(Z_parent, Z_child)
     chosen = np.arange(Z_child.shape[1]) if children is None else np.asarray(children, dtype=int)
     bad = chosen[(chosen < 0) | (chosen >= Z_child.shape[1])]
@@ -144,7 +174,7 @@ def fit_layer_pair(
     squares = np.asarray(targets.power(2).sum(0)).ravel()
     spread = squares - np.asarray(targets.sum(0)).ravel() ** 2 / targets.shape[0]
     varies = np.flatnonzero(spread > 1e-12 * np.maximum(squares, 1e-30))
-    lam = np.zeros(len(chosen))
+    lams = np.zeros(len(chosen))
     converged = np.ones(len(chosen), dtype=bool)
     gap = np.zeros(len(chosen))
     rows, cols, values = np.zeros(0, int), np.zeros(0, int), np.zeros(0, np.float32)
@@ -153,11 +183,11 @@ def fit_layer_pair(
         design = sp.csr_matrix(Z_parent)[:, predictors]
         top = lam_max(design, targets[:, varies], fit_intercept=True, device=device).cpu().numpy()
         usable = varies[top > 0]
-        lam[usable] = lam_ratio * top[top > 0]
+        lams[usable] = penalty.lam_for(top[top > 0])
         result = lasso(
             design,
             targets[:, usable],
-            lam[usable],
+            lams[usable],
             fit_intercept=True,
             tol=tol,
             device=device,
@@ -171,7 +201,7 @@ def fit_layer_pair(
         gap[usable] = result.gap.cpu().numpy()
     shape = (Z_parent.shape[1], len(chosen))
     coef = sp.csc_matrix((values, (rows, cols)), shape=shape)
-    return LayerPairFit(parent, child, chosen, coef, lam, converged, gap)
+    return LayerPairFit(parent, child, chosen, coef, lams, converged, gap)
 
 
 def _scipy(coef: torch.Tensor) -> sp.coo_matrix:
@@ -191,8 +221,9 @@ class LabelFit:
     ``lam``: the penalty, on the mean scale of :mod:`circuitlasso.solve`; ``converged``: the
     solver reached its tolerance; ``kind``: the target's kind; ``classes``: the label of each
     class (binary: ``(2,)``, the second the positive class; ``(K,)`` multiclass; empty for
-    regression); ``lam_ratio``: the penalty as :func:`fit_label` was asked for it, a fraction of
-    ``lam_max`` (None for a readout written by hand).
+    regression); ``lam_ratio``: the ratio :func:`fit_label` was given, or the fraction of its
+    ``lam_max`` that the absolute ``lam`` it was given amounts to (None for a readout written by
+    hand).
     """
 
     layer: int
@@ -256,12 +287,12 @@ def label_lam_max(
     y: Sequence | np.ndarray | Target,
     *,
     kind: str | None = None,
-    min_prompts: int = 1,
+    min_prompts: int = defaults.MIN_PROMPTS,
     device: torch.device | str | None = None,
 ) -> float:
     """``lam_max`` of the label fit of ``y: (M,)`` on ``Z: (M, D)`` (arguments as in
     :func:`fit_label`): ``lam_ratio = lam / label_lam_max(...)`` turns a penalty ``lam`` into a
-    ratio."""
+    ratio (or pass ``lam=`` to :func:`fit_label`)."""
     target = _target(Z, y, kind)
     return _lam_max(_design(Z, min_prompts)[1], target, device)
 
@@ -269,18 +300,20 @@ def label_lam_max(
 def fit_label(
     Z: Features,
     y: Sequence | np.ndarray | Target,
-    lam_ratio: float,
+    lam_ratio: float | None = None,
     *,
+    lam: float | None = None,
     layer: int,
     kind: str | None = None,
-    min_prompts: int = 1,
-    tol: float = 1e-6,
+    min_prompts: int = defaults.MIN_PROMPTS,
+    tol: float = defaults.LABEL_TOL,
     device: torch.device | str | None = None,
 ) -> LabelFit:
     """The readout ``A_{L,y}``: ``y: (M,)`` labels (or a :class:`~circuitlasso.data.targets.Target`)
     regressed on the features of ``Z: (M, D)`` active on at least ``min_prompts`` prompts, with
-    ``lam = lam_ratio * lam_max`` (ratios >= 1 give the intercept-only model); the other features
-    get coefficient 0.
+    ``lam = lam_ratio * lam_max`` (ratios >= 1 give the intercept-only model; default
+    :data:`~circuitlasso.circuits.defaults.LABEL_LAM_RATIO`) or the absolute ``lam`` given instead
+    (:class:`Penalty`); the other features get coefficient 0.
 
     ``kind``: ``"binary"``, ``"multiclass"`` or ``"regression"`` (None: read from ``y``, see
     :func:`~circuitlasso.data.targets.make_target`); it picks the solver:
@@ -289,13 +322,13 @@ def fit_label(
     fit is not the l2 probe of :func:`circuitlasso.evaluation.debias.probes.fit_probe`, which
     reads every dense activation. ``device``: where the solver runs (default the CPU).
     """
-    _check_ratio(lam_ratio)
+    penalty = Penalty.of(lam_ratio, lam, defaults.LABEL_LAM_RATIO)
     target = _target(Z, y, kind)
     keep, design = _design(Z, min_prompts)
     top = _lam_max(design, target, device)
     if not top > 0:
         raise ValueError("no feature is correlated with the target (lam_max = 0)")
-    lam = lam_ratio * top
+    lam = float(penalty.lam_for(top))
     coef = np.zeros(
         (Z.shape[1], len(target.classes)) if target.kind == "multiclass" else Z.shape[1]
     )
@@ -318,12 +351,14 @@ def fit_label(
         converged,
         kind=target.kind,
         classes=target.classes,
-        lam_ratio=float(lam_ratio),
+        lam_ratio=penalty.ratio if penalty.ratio is not None else lam / top,
     )
 
 
-def _scores(fit: LabelFit, Z: Features, values: np.ndarray) -> dict[str, float]:
-    """Mean loss (cross-entropy, or squared error) and accuracy (or R^2) against ``values``."""
+def readout_scores(fit: LabelFit, Z: Features, labels: Sequence | np.ndarray) -> dict[str, float]:
+    """The readout on ``Z: (M, D)`` against ``labels: (M,)`` (read with the fit's classes): mean
+    loss (cross-entropy, or squared error for a real-valued target) and accuracy (or ``r2``)."""
+    values = Target(fit.kind, np.zeros(0), fit.classes).encode(labels)
     if fit.kind == "regression":
         residual = values - fit.predict(Z)
         total = np.sum((values - values.mean()) ** 2)
@@ -339,64 +374,3 @@ def _scores(fit: LabelFit, Z: Features, values: np.ndarray) -> dict[str, float]:
         "loss": float(-np.mean(np.log(chosen))),
         "accuracy": float(np.mean(p.argmax(1) == codes)),
     }
-
-
-def lam_ablation(
-    Z_train: Features,
-    y_train: Sequence | np.ndarray,
-    Z_test: Features,
-    y_test: Sequence | np.ndarray,
-    lam_ratios: Sequence[float],
-    *,
-    layer: int,
-    kind: str | None = None,
-    min_prompts: int = 1,
-    validation_fraction: float = 0.2,
-    seed: int = 0,
-    device: torch.device | str | None = None,
-) -> tuple[pd.DataFrame, float]:
-    """The paper's lam ablation (App. C.2) and a choice of ratio that never sees the test set.
-
-    Per ratio: ``lam_ratio``, ``lam`` (the penalty it gives on the training prompts), train loss
-    (mean cross-entropy, or mean squared error for regression), l1 norm of the coefficients,
-    nonzero coefficients, train score, score on a seeded ``validation_fraction`` of the training
-    prompts when fit on the rest with the same ``lam`` (as cross-validation along a path does),
-    test loss and score. The score is the accuracy (columns ``*_accuracy``) or, for regression,
-    R^2 (``*_r2``). The chosen ratio has the best validation score (ties: the larger ratio, i.e.
-    the sparser circuit). ``kind``, ``min_prompts`` and ``device`` as in :func:`fit_label`; the
-    test labels are read with the training labels' classes. Returns the table and the choice.
-    """
-    target = _target(Z_train, y_train, kind)
-    test_values = target.encode(y_test)
-    Z_train, Z_test = sp.csr_matrix(Z_train), sp.csr_matrix(Z_test)
-    order = np.random.default_rng(seed).permutation(len(target))
-    n_val = max(1, round(validation_fraction * len(target)))
-    val, fit_rows = order[:n_val], order[n_val:]
-    held_target = target.rows(fit_rows)
-    held_top = label_lam_max(Z_train[fit_rows], held_target, min_prompts=min_prompts,
-                             device=device)  # fmt: skip
-    metric = "r2" if target.kind == "regression" else "accuracy"
-    rows = []
-    for lam_ratio in lam_ratios:
-        fit = fit_label(Z_train, target, lam_ratio, layer=layer, min_prompts=min_prompts,
-                        device=device)  # fmt: skip
-        held = fit_label(Z_train[fit_rows], held_target, fit.lam / held_top, layer=layer,
-                         min_prompts=min_prompts, device=device)  # fmt: skip
-        train, test = _scores(fit, Z_train, target.values), _scores(fit, Z_test, test_values)
-        validation = _scores(held, Z_train[val], target.values[val])
-        rows.append(
-            {
-                "lam_ratio": lam_ratio,
-                "lam": fit.lam,
-                "train_loss": train["loss"],
-                "l1_norm": float(np.abs(fit.coef).sum()),
-                "nonzero": int(np.count_nonzero(fit.coef)),
-                f"train_{metric}": train[metric],
-                f"validation_{metric}": validation[metric],
-                "test_loss": test["loss"],
-                f"test_{metric}": test[metric],
-            }
-        )
-    table = pd.DataFrame(rows)
-    best = table.sort_values([f"validation_{metric}", "lam_ratio"], ascending=False).iloc[0]
-    return table, float(best["lam_ratio"])

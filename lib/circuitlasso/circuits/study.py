@@ -29,7 +29,7 @@ from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, LabelFit, frequent_features
-from circuitlasso.collect import collect_sae_features
+from circuitlasso.collect import LayerFeatures, collect_sae_features
 from circuitlasso.data import load_dataset
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.forward import Model
@@ -51,8 +51,8 @@ class FeatureStudy:
     train: pd.DataFrame
     test: pd.DataFrame
     label_prompts: int = 50
-    Z: dict[int, Features] = field(default_factory=dict)
-    Z_test: dict[int, Features] = field(default_factory=dict)
+    Z: Mapping[int, Features] = field(default_factory=dict)
+    Z_test: Mapping[int, Features] = field(default_factory=dict)
     clock: Stopwatch = field(default_factory=Stopwatch, repr=False)
     _tokens: dict[tuple[int, int], Counter[str]] = field(default_factory=dict, repr=False)
 
@@ -74,8 +74,10 @@ class FeatureStudy:
     ) -> FeatureStudy:
         """Load model ``name`` (see :func:`~circuitlasso.data.models.load_model`), its SAEs at
         ``hook`` on ``layers`` (None: every layer) and the ``splits`` (train, test) of
-        ``dataset``, keeping a seeded sample of ``max_prompts`` training sentences (None: all);
-        then :meth:`collect` their features in batches of ``batch_size``."""
+        ``dataset``, keeping a seeded sample of ``max_prompts`` training sentences (None: all) in
+        a seeded random order (so folds of consecutive rows, as scikit-learn's ``cv=3`` takes
+        them, are random samples); then :meth:`collect` their features in batches of
+        ``batch_size``."""
         clock = Stopwatch()
         model = load_model(name, device=device)
         chosen = range(model.cfg.n_layers) if layers is None else layers
@@ -85,8 +87,8 @@ class FeatureStudy:
             missing = {"sentence", "label"} - set(frame.columns)
             if missing:
                 raise ValueError(f"{dataset} [{split}] lacks the columns {sorted(missing)}")
-        if max_prompts is not None:
-            train = train.sample(n=min(max_prompts, len(train)), random_state=seed)
+        size = len(train) if max_prompts is None else min(max_prompts, len(train))
+        train = train.sample(n=size, random_state=seed)  # so consecutive rows are a random sample
         study = cls(name, hook, model, saes, train, test, label_prompts, clock=clock)
         clock.lap("load model, SAEs and data")
         study.collect(batch_size=batch_size, progress=progress)
@@ -129,19 +131,21 @@ class FeatureStudy:
 
     def collect(
         self, *, batch_size: int = 64, progress: bool = False
-    ) -> tuple[dict[int, Features], dict[int, Features]]:
-        """Collect (or load from the on-disk cache) ``Z`` and ``Z_test``; return both."""
+    ) -> tuple[LayerFeatures, LayerFeatures]:
+        """Collect (or load from the on-disk cache) ``Z`` and ``Z_test``
+        (:class:`~circuitlasso.collect.LayerFeatures`, which scikit-learn splits by prompts);
+        return both."""
         with self.clock.timed("collect SAE features"):
-            for split, frame in ((self.Z, self.train), (self.Z_test, self.test)):
-                split.update(
-                    collect_sae_features(
-                        self.model,
-                        self.saes,
-                        frame["sentence"].tolist(),
-                        batch_size=batch_size,
-                        progress=progress,
-                    )
+            self.Z, self.Z_test = (
+                collect_sae_features(
+                    self.model,
+                    self.saes,
+                    frame["sentence"].tolist(),
+                    batch_size=batch_size,
+                    progress=progress,
                 )
+                for frame in (self.train, self.test)
+            )
         return self.Z, self.Z_test
 
     def _features(self, layer: int) -> Features:

@@ -29,8 +29,15 @@ import scipy.sparse as sp
 import torch
 
 from circuitlasso.cache import cache_key, digest_arrays, load_or_compute_chunks
+from circuitlasso.circuits import defaults
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit, fit_layer_pair
+from circuitlasso.circuits.features import (
+    Features,
+    LabelFit,
+    LayerPairFit,
+    Penalty,
+    fit_layer_pair,
+)
 from circuitlasso.executor import Executor, get_executor
 from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB
 
@@ -43,7 +50,9 @@ def node_name(layer: int, feature: int) -> str:
 class LayerRegressions:
     """Layer-pair Lasso fits on demand: ``parents(l, features)`` fits the columns of
     ``A_{l-1,l}`` for the child ``features`` of layer ``l`` not fit before, and keeps them.
-    ``device``, ``memory_gib``, ``progress``: where the solver runs, its memory budget and
+    Each column's penalty is ``lam_ratio`` of its own ``lam_max`` or the one absolute ``lam``
+    (:class:`~circuitlasso.circuits.features.Penalty`). ``device``, ``memory_gib``,
+    ``progress``: where the solver runs, its memory budget and
     whether it shows progress bars (see :func:`fit_layer_pair`).
 
     Whole layer pairs (:meth:`fit_pairs`, :meth:`fit_all`) run as chunks of ``chunk_size``
@@ -59,13 +68,14 @@ class LayerRegressions:
     def __init__(
         self,
         Z: dict[int, Features],
-        lam_ratio: float,
-        min_prompts: int = 1,
-        tol: float = 1e-4,
+        lam_ratio: float | None = None,
+        min_prompts: int = defaults.MIN_PROMPTS,
+        tol: float = defaults.PAIR_TOL,
         device: torch.device | str | None = None,
         memory_gib: float = DEFAULT_MEMORY_GIB,
         progress: bool = False,
         *,
+        lam: float | None = None,
         executor: str | Executor | None = None,
         chunk_size: int = 8192,
         cache_dir: str | Path | None = None,
@@ -74,14 +84,15 @@ class LayerRegressions:
             raise ValueError("need the features of at least one layer, got none")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
-        self.Z, self.lam_ratio, self.min_prompts, self.tol = Z, lam_ratio, min_prompts, tol
+        self.penalty = Penalty.of(lam_ratio, lam, defaults.LAM_RATIO)
+        self.Z, self.min_prompts, self.tol = Z, min_prompts, tol
         self.device, self.memory_gib, self.progress = device, memory_gib, progress
         self.executor, self.chunk_size, self.cache_dir = (
             get_executor(executor),
             chunk_size,
             cache_dir,
         )
-        self._settings = _PairSettings(lam_ratio, min_prompts, tol, device, memory_gib, progress)
+        self._settings = _PairSettings(self.penalty, min_prompts, tol, device, memory_gib, progress)
         self.layers = sorted(Z)
         self._fits: dict[int, dict[int, LayerPairFit]] = {layer: {} for layer in self.layers}
 
@@ -117,7 +128,8 @@ class LayerRegressions:
             features=[[layer, _features_digest(self.Z[layer])] for layer in needed],
             jobs=[list(job) for job in jobs],
             chunk_size=self.chunk_size,
-            lam_ratio=self.lam_ratio,
+            lam_ratio=self.penalty.ratio,
+            lam=self.penalty.lam,
             min_prompts=self.min_prompts,
             tol=self.tol,
         )
@@ -159,7 +171,7 @@ LAYER_PAIR_CACHE_VERSION = 1
 class _PairSettings:
     """How a layer pair's columns are fit (see :func:`fit_layer_pair`)."""
 
-    lam_ratio: float
+    penalty: Penalty
     min_prompts: int
     tol: float
     device: torch.device | str | None
@@ -170,7 +182,8 @@ class _PairSettings:
         self, Z: Mapping[int, Features], parent: int, child: int, children: Sequence[int]
     ) -> LayerPairFit:
         return fit_layer_pair(
-            Z[parent], Z[child], self.lam_ratio, parent=parent, child=child, children=children,
+            Z[parent], Z[child], self.penalty.ratio, lam=self.penalty.lam, parent=parent,
+            child=child, children=children,
             min_prompts=self.min_prompts, tol=self.tol, device=self.device,
             memory_gib=self.memory_gib, progress=self.progress,
         )  # fmt: skip
@@ -231,12 +244,12 @@ def trace_circuit(
     label_fit: LabelFit,
     regressions: LayerRegressions,
     *,
-    roots: int | Sequence[int] = 5,
-    k: int | None = 3,
+    roots: int | Sequence[int] = defaults.ROOTS,
+    k: int | None = defaults.K,
     mass: float | None = None,
     depth: int | None = None,
     prompt: int | None = None,
-    standardized: bool = False,
+    standardized: bool = defaults.STANDARDIZED,
 ) -> Circuit:
     """Trace backward from the last layer's root features.
 
@@ -246,13 +259,13 @@ def trace_circuit(
     weight every score (per-prompt circuit); None for the dataset-level circuit.
     ``standardized``: weight dataset-level scores by each feature's standard deviation over the
     prompts, ``|A| * std(z)``, the change a typical variation of the feature makes (the paper
-    ranks by ``|A|`` alone, which favours rarely active features with small activations).
+    ranks by ``|A|`` alone, which favours rarely active features with small activations); a
+    per-prompt circuit is weighted by that prompt's activations instead. Defaults:
+    :mod:`circuitlasso.circuits.defaults`.
     """
     last = regressions.layers[-1]
     if label_fit.layer != last:
         raise ValueError(f"the label fit reads layer {label_fit.layer}, the last layer is {last}")
-    if prompt is not None and standardized:
-        raise ValueError("give either prompt (per-prompt weights) or standardized, not both")
 
     def z(layer: int) -> np.ndarray | None:
         if prompt is not None:
@@ -354,12 +367,14 @@ def check_interpreted(graph: Circuit) -> None:
     for node, data in graph.nodes(data=True):
         if "top_tokens" not in data:
             raise ValueError(
-                f"node {node} has no top_tokens: call study.interpret_circuit(circuit) first"
+                f"node {node} has no top_tokens: interpret the circuit first "
+                "(CircuitLasso.interpret)"
             )
     for parent, child, data in graph.edges(data=True):
         if "type" not in data:
             raise ValueError(
-                f"edge {parent} -> {child} has no type: call study.interpret_circuit(circuit) first"
+                f"edge {parent} -> {child} has no type: interpret the circuit first "
+                "(CircuitLasso.interpret)"
             )
 
 

@@ -9,13 +9,15 @@ pass stops after the last block an SAE reads, and each batch's averages become s
 (:func:`circuitlasso.cache.load_or_compute_chunks`) under a key naming the model and the SAEs (a
 hash of every byte of their weights), the prompts' tokens and the hooks: a rerun loads them, an
 interrupted run resumes after the last saved batch; ``cache=False`` reads and writes nothing.
+:func:`fresh_features` collects into an empty temporary cache: the work and time of a first run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +31,11 @@ from circuitlasso.data.models import check_sae_fits
 from circuitlasso.executor import Executor
 from circuitlasso.forward import (
     Model,
+    SAEMap,
     check_prompts,
-    check_sae_keys,
     hook_activations,
     mean_over_real,
+    sae_layers,
     special_token_ids,
     stop_at_layer,
     to_dense,
@@ -131,7 +134,7 @@ def _csr_parts(means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 def collect_sae_features(
     model: Model,
-    saes: dict[int, SAE],
+    saes: SAEMap,
     prompts: Sequence[str],
     *,
     batch_size: int = 32,
@@ -190,7 +193,7 @@ def collect_sae_features(
     differs from the model's width, an empty prompt list, and non-finite activations or features
     (naming the hook and the prompts) raise ``ValueError``.
     """
-    check_sae_keys(saes)
+    saes = sae_layers(saes)
     prompts = check_prompts(prompts)
     if not saes:
         raise ValueError("saes is empty: need at least one {layer: SAE}")
@@ -278,3 +281,24 @@ def collect_sae_features(
         ]
         result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)
     return LayerFeatures(result)
+
+
+def fresh_features(
+    model: Model,
+    saes: Mapping[int, SAE],
+    prompts: Sequence[str],
+    *,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> LayerFeatures:
+    """:func:`collect_sae_features` (``{layer: (M, D)}``) into an empty temporary cache, removed
+    afterwards: the work and time of a first run."""
+    with tempfile.TemporaryDirectory() as fresh:
+        return collect_sae_features(
+            model,
+            dict(saes),
+            list(prompts),
+            batch_size=batch_size,
+            cache_dir=fresh,
+            progress=progress,
+        )

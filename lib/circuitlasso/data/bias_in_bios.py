@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from circuitlasso.cache import atomic_path, hub_resource_error
+from circuitlasso.cache import hub_resource_error
 
 DATASET_REPO = "LabHC/bias_in_bios"
 HUB_COLUMNS = ("hard_text", "profession", "gender")
@@ -134,27 +134,3 @@ def load_bias_in_bios(
         "ambiguous_test": _groups(test, ambiguous, TEST_SPLIT, seed),
         "balanced_test": _groups(test, balanced, TEST_SPLIT, seed),
     }
-
-
-def write_bias_in_bios_fixture(
-    folder: str | Path,
-    group_sizes: dict[tuple[str, str], int],
-    *,
-    seed: int = 0,
-) -> Path:
-    """Write a small copy of the hub dataset (its file layout and schema) under ``folder``.
-
-    ``group_sizes[(profession, gender)]`` rows of each group go into each of the ``train``,
-    ``dev`` and ``test`` splits, interleaved in a seeded random order; each text names its row's
-    profession and gender, so group membership can be read back from the text.
-    """
-    rng = np.random.default_rng(seed)
-    for split in (*TRAIN_SPLITS, TEST_SPLIT):
-        rows = []
-        for (profession, gender), size in group_sizes.items():
-            ids = (PROFESSIONS.index(profession), GENDERS.index(gender))
-            rows += [(f"{split} bio {i}: a {gender} {profession}.", *ids) for i in range(size)]
-        frame = pd.DataFrame(rows, columns=list(HUB_COLUMNS)).iloc[rng.permutation(len(rows))]
-        with atomic_path(Path(folder) / "data" / f"{split}-00000-of-00001.parquet") as tmp:
-            frame.to_parquet(tmp, index=False)
-    return Path(folder)

@@ -6,7 +6,7 @@ tokens (no ``[CLS]``, ``[SEP]`` or padding) of CoLA's 8,551 training sentences, 
 text available offline here. Training uses sae-lens's ``SAETrainer`` on a stream of shuffled
 token activations, in rounds: between rounds, latents that never fire are re-initialized towards
 poorly reconstructed activations (as for the toy world's SAEs,
-:func:`circuitlasso.data.toyworld.saes.reinitialize_dead_latents`).
+:func:`circuitlasso.data.sae_training.reinitialize_dead_latents`).
 
 A build is seeded and written to a folder (default: under the cache,
 :func:`default_saes_dir`, keyed by the configuration) with a ``report.json`` (explained variance
@@ -18,7 +18,6 @@ none. Another CPU rounds differently, so a rebuild elsewhere gives close, not id
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -32,15 +31,16 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedEncoder
 
 from circuitlasso.cache import cache_key, cache_root
-from circuitlasso.data.cola import load_cola
-from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm
-from circuitlasso.data.toyworld.artifacts import (
+from circuitlasso.data.artifacts import (
     MANIFEST_FILE,
     REPORT_FILE,
+    staged_folder,
     write_json,
     write_manifest,
 )
-from circuitlasso.data.toyworld.saes import reinitialize_dead_latents
+from circuitlasso.data.cola import load_cola
+from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm
+from circuitlasso.data.sae_training import reinitialize_dead_latents
 from circuitlasso.forward import hook_activations, prompt_batches, to_dense
 
 BUILD_COMMAND = "circuitlasso real build"
@@ -155,9 +155,7 @@ def build_minilm_saes(
     model = load_minilm()
     train = token_activations(model, list(load_cola("train").sentence))
     dev = token_activations(model, list(load_cola("dev").sentence))
-    root.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
+    with staged_folder(root) as stage:
         quality = {}
         for layer in tqdm(range(N_LAYERS), desc="SAEs", unit="layer", disable=not progress):
             sae = train_layer_sae(train[layer], layer, cfg)
@@ -166,12 +164,6 @@ def build_minilm_saes(
         tokens = {"train_tokens": len(train[0]), "dev_tokens": len(dev[0])}
         write_json(stage / REPORT_FILE, {"config": asdict(cfg), **tokens, "layers": quality})
         write_manifest(stage, {"seed": cfg.seed, "command": BUILD_COMMAND, "config": asdict(cfg)})
-        if root.exists():
-            shutil.rmtree(root)
-        stage.rename(root)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return root
 
 

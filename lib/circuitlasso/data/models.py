@@ -11,9 +11,11 @@ code path without the download.
 from __future__ import annotations
 
 import difflib
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from sae_lens import SAE
@@ -229,41 +231,62 @@ def check_sae_fits(model: HookedTransformer | HookedEncoder, sae: SAE) -> None:
         )
 
 
+def _sae_request(item: int | str, hook: str) -> tuple[int, str]:
+    """The layer and hook (``resid_post``) an item of :func:`load_saes`'s ``layers`` asks for:
+    an int layer with ``hook``, or a TransformerLens hook name ``blocks.{L}.hook_{hook}``."""
+    if isinstance(item, str):
+        match = re.fullmatch(r"blocks\.(\d+)\.hook_(\w+)", item)
+        if match is None:
+            raise ValueError(
+                f"{item!r} is not the hook name of a block's SAE: expected 'blocks.<layer>."
+                "hook_<name>', e.g. 'blocks.3.hook_resid_post'"
+            )
+        return int(match[1]), match[2]
+    return int(item), hook
+
+
 def load_saes(
     name: str,
-    layers: Iterable[int],
+    layers: Iterable[int | str],
     hook: str = "resid_post",
     *,
     device: str = "cpu",
     model: HookedTransformer | HookedEncoder | None = None,
     width: str | None = None,
     l0: int | None = None,
-) -> dict[int, SAE]:
-    """Load model ``name``'s SAEs at ``blocks.<layer>.<hook>`` for each layer, keyed by layer.
+) -> dict[Any, SAE]:
+    """Load model ``name``'s SAEs, keyed as asked: each item of ``layers`` is a TransformerLens
+    hook name (``"blocks.3.hook_resid_post"``) or its shorthand, an int layer read at
+    ``blocks.<layer>.hook_<hook>``.
 
     Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
     SAEs and ``"all-minilm-l6-v2"`` the SAEs trained here (built on first use). If ``model`` is
     given, each SAE is checked to fit it (:func:`check_sae_fits`).
     """
-    layers = list(layers)
-    if name == ENCODER_NAME:
-        if hook != "resid_post" or width is not None or l0 is not None:
-            raise ValueError(f"{name} SAEs read each layer's output only, without width/l0")
-        from circuitlasso.data.minilm_saes import load_minilm_saes
+    requests = {item: _sae_request(item, hook) for item in layers}
+    if name in (ENCODER_NAME, "toy"):
+        hooks = sorted({at for _, at in requests.values()})
+        if hooks not in ([], ["resid_post"]) or width is not None or l0 is not None:
+            raise ValueError(
+                f"{name} SAEs read each layer's output (hook 'resid_post') only, without "
+                f"width/l0; asked for hooks {hooks}"
+            )
+        wanted = sorted({layer for layer, _ in requests.values()})
+        if name == ENCODER_NAME:
+            from circuitlasso.data.minilm_saes import load_minilm_saes
 
-        saes = {layer: sae.to(device) for layer, sae in load_minilm_saes(layers).items()}
-    elif name == "toy":
-        if hook != "resid_post" or width is not None or l0 is not None:
-            raise ValueError("toy SAEs exist for hook 'resid_post' only, without width/l0")
-        from circuitlasso.data.toyworld import load_toy_saes
+            by_layer = load_minilm_saes(wanted)
+        else:
+            from circuitlasso.data.toyworld import load_toy_saes
 
-        saes = {layer: sae.to(device) for layer, sae in load_toy_saes(layers=layers).items()}
+            by_layer = load_toy_saes(layers=wanted)
+        saes = {item: by_layer[layer].to(device) for item, (layer, _) in requests.items()}
     else:
         saes = {}
-        for layer in layers:
-            release, sae_id = sae_release(name, layer, hook, width=width, l0=l0)
+        for item, (layer, at) in requests.items():
+            release, sae_id = sae_release(name, layer, at, width=width, l0=l0)
             try:
-                saes[layer] = SAE.from_pretrained(release, sae_id, device=device)
+                saes[item] = SAE.from_pretrained(release, sae_id, device=device)
             except OSError as err:  # offline or missing from the hub cache
                 lookup = get_pretrained_saes_directory()[release]
                 folder = lookup.saes_map[sae_id]
@@ -276,4 +299,4 @@ def load_saes(
     if model is not None:
         for sae in saes.values():
             check_sae_fits(model, sae)
-    return {layer: sae.eval() for layer, sae in saes.items()}
+    return {item: sae.eval() for item, sae in saes.items()}

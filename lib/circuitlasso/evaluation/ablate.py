@@ -46,7 +46,6 @@ change a one-standard-deviation move of a feature makes, summed over its paths t
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -65,14 +64,16 @@ from circuitlasso.data.graph import Edge
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.evaluation.attribution import integrated_gradients
 from circuitlasso.forward import (
-    check_sae_keys,
+    SAEMap,
     mean_over_real,
     prompt_batches,
     run_with_hooks,
+    sae_layers,
     splice_hooks,
     stop_for_saes,
     to_dense,
 )
+from circuitlasso.timing import Stopwatch
 
 FeatureSet = Mapping[int, Collection[int]]  # layer -> features
 Node = tuple[int, int]  # (layer, feature)
@@ -95,25 +96,28 @@ def _signs(labels: Sequence[int] | None, n: int) -> np.ndarray:
     return 2.0 * y - 1.0
 
 
-def _check(model: HookedTransformer, saes: Mapping[int, SAE], label_fit: LabelFit | None) -> None:
+def _check(model: HookedTransformer, saes: SAEMap, label_fit: LabelFit | None) -> dict[int, SAE]:
+    """``saes`` keyed by layer (:func:`~circuitlasso.forward.sae_layers`), each checked to fit
+    ``model``, with the readout's layer among them."""
     if not saes:
         raise ValueError("saes is empty: need at least one {layer: SAE}")
-    check_sae_keys(saes)
+    saes = sae_layers(saes)
     for sae in saes.values():
         check_sae_fits(model, sae)
     if label_fit is not None and label_fit.layer not in saes:
         raise ValueError(f"the label fit reads layer {label_fit.layer}, not among {sorted(saes)}")
+    return saes
 
 
 def feature_means(
     model: HookedTransformer,
-    saes: Mapping[int, SAE],
+    saes: SAEMap,
     prompts: Sequence[str],
     *,
     batch_size: int = 32,
 ) -> dict[int, torch.Tensor]:
     """``{layer: (D,)}`` mean of each SAE feature over all real tokens of ``prompts``, float32."""
-    _check(model, saes, None)
+    saes = _check(model, saes, None)
     sums = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
     count = 0
     for tokens, real in prompt_batches(model, prompts, batch_size):
@@ -171,7 +175,7 @@ def _metric(
 
 def metric_with_ablation(
     model: HookedTransformer,
-    saes: Mapping[int, SAE],
+    saes: SAEMap,
     label_fit: LabelFit,
     prompts: Sequence[str],
     circuit: Circuit | FeatureSet | None = None,
@@ -188,7 +192,7 @@ def metric_with_ablation(
     outside ``circuit`` are ablated (``m(C)``; a layer missing from ``circuit`` loses all its
     features, so ``{}`` gives ``m(empty)``), or with ``ablate_inside`` those inside (``m(M \\ C)``).
     """
-    _check(model, saes, label_fit)
+    saes = _check(model, saes, label_fit)
     masks = _ablation_masks(saes, circuit, ablate_inside)
     batches = prompt_batches(model, prompts, batch_size)
     signs = _signs(labels, len(prompts))
@@ -229,7 +233,7 @@ def _ratio(value: float, empty: float, full: float) -> float:
 
 def node_ablation_sweep(
     model: HookedTransformer,
-    saes: Mapping[int, SAE],
+    saes: SAEMap,
     label_fit: LabelFit,
     prompts: Sequence[str],
     ranking: Sequence[Node],
@@ -242,7 +246,7 @@ def node_ablation_sweep(
     """Faithfulness and completeness of the top-``n`` nodes of ``ranking`` for each ``n`` in
     ``sizes`` (metric signed by ``labels`` if given); columns ``n, faithfulness, completeness,
     m_circuit, m_complement, m_full, m_empty``."""
-    _check(model, saes, label_fit)
+    saes = _check(model, saes, label_fit)
     batches = prompt_batches(model, prompts, batch_size)
     signs = _signs(labels, len(prompts))
 
@@ -274,7 +278,7 @@ class Attribution:
 
 def attribution_scores(
     model: HookedTransformer,
-    saes: Mapping[int, SAE],
+    saes: SAEMap,
     label_fit: LabelFit,
     prompts: Sequence[str],
     means: Mapping[int, torch.Tensor],
@@ -292,8 +296,8 @@ def attribution_scores(
     signed by ``labels: (n,)`` in {0, 1} if given. The path integral is
     :func:`circuitlasso.evaluation.attribution.integrated_gradients` from the baseline ``means``.
     """
-    _check(model, saes, label_fit)
-    start = time.perf_counter()
+    saes = _check(model, saes, label_fit)
+    clock = Stopwatch()
     reader = saes[label_fit.layer]
     read = str(reader.cfg.metadata.hook_name)
 
@@ -307,7 +311,7 @@ def attribution_scores(
     signs = _signs(labels, len(prompts))
     scores = integrated_gradients(model, saes, prompts, metric, reads=[read], baselines=means,
                                   signs=signs, steps=steps, batch_size=batch_size)  # fmt: skip
-    return Attribution(scores, time.perf_counter() - start)
+    return Attribution(scores, clock.lap("attribution"))
 
 
 # --- Edge ablation in the linear surrogate ------------------------------------------------------

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
@@ -26,6 +25,7 @@ from circuitlasso.circuits.features import Features, fit_layer_pair
 from circuitlasso.circuits.trace import LayerRegressions
 from circuitlasso.evaluation.solver_check import sae_like_problem
 from circuitlasso.executor import Executor
+from circuitlasso.timing import Stopwatch
 
 PAPER_RUNS = {  # model: (layers with SAEs, SAE width), residual-stream SAEs as in the paper
     "Pythia-70M": (6, 32768),
@@ -47,15 +47,15 @@ def time_layer_pairs(
     ``seconds_per_task`` and ``coef_diff_vs_first``, the largest difference of a coefficient
     from the first executor's, relative to the largest coefficient (0: the same result; Ray
     tasks run torch on ``cpus_per_task`` threads, which can round differently)."""
-    rows, first = [], None
+    rows, first, clock = [], None, Stopwatch()
     for name, executor in executors.items():
         with tempfile.TemporaryDirectory() as cache:
             regressions = LayerRegressions(dict(Z), lam_ratio, min_prompts=min_prompts,
                                            executor=executor, chunk_size=chunk_size,
                                            cache_dir=cache)  # fmt: skip
-            start = time.perf_counter()
-            regressions.fit_all()
-            seconds = time.perf_counter() - start
+            with clock.timed(name):
+                regressions.fit_all()
+        seconds = clock.laps[name]
         coef = [regressions.coef(layer) for layer in regressions.layers[1:]]
         first = coef if first is None else first
         tasks = sum(math.ceil(Z[layer].shape[1] / chunk_size) for layer in sorted(Z)[1:])
@@ -69,9 +69,9 @@ def time_layer_pairs(
 def task_overhead(executor: Executor, n_tasks: int = 200) -> float:
     """Seconds per empty task: ``n_tasks`` tasks that return their index, timed together."""
     list(executor.map(int, range(2)))  # start the workers first
-    start = time.perf_counter()
+    clock = Stopwatch()
     list(executor.map(int, range(n_tasks)))
-    return (time.perf_counter() - start) / n_tasks
+    return clock.lap("tasks") / n_tasks
 
 
 def time_task(
@@ -88,9 +88,9 @@ def time_task(
     as one layer's ``width`` outputs would be (about 30 active per prompt among ``width``)."""
     X, Y, _ = sae_like_problem(M=n_prompts, p=width, d=chunk, active_per_row=active_per_row,
                                active_outputs_per_row=30 * chunk / width, seed=seed)  # fmt: skip
-    start = time.perf_counter()
+    clock = Stopwatch()
     fit_layer_pair(X, Y.tocsr(), lam_ratio, parent=0, child=1)
-    return time.perf_counter() - start
+    return clock.lap("task")
 
 
 def projection(

@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ from circuitlasso.data.graph import graph_nodes
 from circuitlasso.data.interpbench.prompts import PromptPairs
 from circuitlasso.evaluation.interpbench.evaluate import run_method
 from circuitlasso.solve import block_lasso, lam_max, upper_triangular_parents
+from circuitlasso.timing import Stopwatch
 
 SIZES = ("M", "L", "d")
 
@@ -91,12 +91,11 @@ def time_block_lasso(
                 x[:, : j * d], x[:, j * d : (j + 1) * d]
             )
         parents = upper_triangular_parents(L)
-        seconds = []
-        for _ in range(max(1, repeats)):
-            start = time.perf_counter()
-            result = block_lasso(x, [d] * L, parents, lams, tol=tol)
-            seconds.append(time.perf_counter() - start)
-        best = min(seconds)
+        clock = Stopwatch()
+        for repeat in range(max(1, repeats)):
+            with clock.timed(f"solve {repeat}"):
+                result = block_lasso(x, [d] * L, parents, lams, tol=tol)
+        best = min(clock.laps.values())
         scale = (x.double() ** 2).sum(0) / M
         iterations = int(result.n_iter.max())
         rows.append(

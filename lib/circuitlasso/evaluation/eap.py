@@ -15,7 +15,6 @@ embeddings for EAP-IG (Hanna et al., 2024). Scores are averaged over prompts. A 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +30,7 @@ from circuitlasso.data.graph import (
     graph_nodes,
     require_hook_flags,
 )
+from circuitlasso.timing import Stopwatch
 
 Metric = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 QKV = ("q", "k", "v")
@@ -191,7 +191,7 @@ def edge_attribution_patching(
     alphas = [1.0] if ig_steps == 0 else [k / ig_steps for k in range(1, ig_steps + 1)]
 
     totals = torch.zeros(len(senders), len(slots), dtype=torch.float64)
-    collect_s = attribute_s = 0.0
+    clock = Stopwatch()
     for start in tqdm(range(0, len(clean), batch_size), desc="EAP", disable=not progress):
         stop = start + batch_size
         batch_clean, batch_corrupted = (
@@ -200,25 +200,24 @@ def edge_attribution_patching(
         )
         batch_weights = weights[start:stop].to(device)
 
-        tic = time.perf_counter()
-        clean_logits, clean_cache = _forward_cache(model, batch_clean, sender_hooks)
-        corrupted_logits, corrupted_cache = _forward_cache(model, batch_corrupted, sender_hooks)
-        delta = _sender_outputs(clean_cache, senders) - _sender_outputs(corrupted_cache, senders)
-        collect_s += time.perf_counter() - tic
+        with clock.timed("collect", add=True):
+            clean_logits, clean_cache = _forward_cache(model, batch_clean, sender_hooks)
+            corrupted_logits, corrupted_cache = _forward_cache(model, batch_corrupted, sender_hooks)
+            clean_outputs = _sender_outputs(clean_cache, senders)
+            delta = clean_outputs - _sender_outputs(corrupted_cache, senders)
 
-        tic = time.perf_counter()
-        embed_clean, embed_corrupted = clean_cache[INPUT_HOOK], corrupted_cache[INPUT_HOOK]
+        with clock.timed("attribute", add=True):
+            embed_clean, embed_corrupted = clean_cache[INPUT_HOOK], corrupted_cache[INPUT_HOOK]
 
-        references = (clean_logits, corrupted_logits, batch_weights)
-        grads = torch.zeros(
-            *delta.shape[:2], len(slots), delta.shape[-1], dtype=torch.float64, device=device
-        )
-        for alpha in alphas:
-            mixed = embed_corrupted + alpha * (embed_clean - embed_corrupted)
-            grads += _receiver_gradients(model, batch_clean, mixed, slots, metric, references)
-        mean_grads = grads / len(alphas)
-        totals += torch.einsum("bpsd,bprd->sr", delta.double(), mean_grads).cpu()
-        attribute_s += time.perf_counter() - tic
+            references = (clean_logits, corrupted_logits, batch_weights)
+            grads = torch.zeros(
+                *delta.shape[:2], len(slots), delta.shape[-1], dtype=torch.float64, device=device
+            )
+            for alpha in alphas:
+                mixed = embed_corrupted + alpha * (embed_clean - embed_corrupted)
+                grads += _receiver_gradients(model, batch_clean, mixed, slots, metric, references)
+            mean_grads = grads / len(alphas)
+            totals += torch.einsum("bpsd,bprd->sr", delta.double(), mean_grads).cpu()
 
     totals /= len(clean)
     slot_scores: dict[tuple[str, str], float] = {}
@@ -230,4 +229,6 @@ def edge_attribution_patching(
                 slot_scores[(sender.name, slot.name)] = score
                 edge = (sender.name, slot.node.name)
                 scores[edge] = scores.get(edge, 0.0) + abs(score)
-    return AttributionResult(scores, slot_scores, collect_s, attribute_s)
+    return AttributionResult(
+        scores, slot_scores, clock.laps.get("collect", 0.0), clock.laps.get("attribute", 0.0)
+    )

@@ -7,8 +7,9 @@ compared and how it is tabulated.
 
 - Sentences: a class-balanced evaluation set of test sentences and a reference set of training
   sentences for the ablation means (:func:`evaluation_sentences`).
-- Runtime: a first run's feature collection (:func:`fresh_features`, an empty temporary cache)
-  and named consecutive stages (:class:`Stopwatch`).
+- Runtime: a first run's feature collection
+  (:func:`~circuitlasso.collect.features.fresh_features`, an empty temporary cache) and named
+  consecutive stages (:class:`Stopwatch`).
 - Node rankings (:func:`node_rankings`): CircuitLasso's, the features of a traced circuit's
   surrogate by their effect on the readout (:func:`trace_surrogate`); the attribution
   baseline's, every feature by ``|IG score|`` (:func:`attribution_baseline`); and a seeded random
@@ -22,8 +23,6 @@ compared and how it is tabulated.
 
 from __future__ import annotations
 
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
@@ -41,7 +39,6 @@ from circuitlasso.cache import atomic_path
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
-from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.graph import Edge
 from circuitlasso.evaluation.ablate import (
     Node,
@@ -58,7 +55,7 @@ from circuitlasso.timing import Stopwatch
 CURVE_POINTS = (4, 64, 1024, 4096, 8192)  # circuit sizes the summary reports
 
 
-# ---------------------------------------------------------------- sentences and runtime
+# ---------------------------------------------------------------- sentences
 
 
 @dataclass(frozen=True)
@@ -97,27 +94,6 @@ def evaluation_sentences(
     reference = train["sentence"].sample(n=min(n_reference, len(train)), random_state=seed)
     labels = chosen["label"].astype(int).tolist()
     return Sentences(chosen["sentence"].tolist(), labels, reference.tolist())
-
-
-def fresh_features(
-    model: HookedTransformer,
-    saes: Mapping[int, SAE],
-    prompts: Sequence[str],
-    *,
-    batch_size: int = 64,
-    progress: bool = False,
-) -> Mapping[int, sp.csr_matrix]:
-    """:func:`~circuitlasso.collect.collect_sae_features` (``{layer: (M, D)}``) into an empty
-    temporary cache, removed afterwards: the work and time of a first run."""
-    with tempfile.TemporaryDirectory() as fresh:
-        return collect_sae_features(
-            model,
-            dict(saes),
-            list(prompts),
-            batch_size=batch_size,
-            cache_dir=fresh,
-            progress=progress,
-        )
 
 
 # ---------------------------------------------------------------- rankings
@@ -187,7 +163,7 @@ def attribution_baseline(
     """:func:`~circuitlasso.evaluation.ablate.feature_means` over ``sentences.reference``, then
     :func:`~circuitlasso.evaluation.ablate.attribution_scores` (``steps`` IG steps, metric signed
     by the labels) on ``sentences.prompts``, timed together."""
-    start = time.perf_counter()
+    clock = Stopwatch()
     means = feature_means(model, saes, sentences.reference, batch_size=batch_size)
     attribution = attribution_scores(
         model,
@@ -199,7 +175,7 @@ def attribution_baseline(
         steps=steps,
         batch_size=batch_size,
     )
-    return Baseline(means, attribution.scores, time.perf_counter() - start)
+    return Baseline(means, attribution.scores, clock.lap("baseline"))
 
 
 def node_rankings(

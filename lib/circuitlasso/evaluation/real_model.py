@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.model_selection import GridSearchCV
 
-from circuitlasso.circuits.features import fit_label, lam_ablation
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import N_LAYERS, load_minilm, max_abs_diff_vs_hf
 from circuitlasso.data.minilm_saes import default_saes_dir, load_minilm_saes, saes_report
+from circuitlasso.estimator import CircuitLasso
 
 HEADLINE = (
     "sae_explained_variance_min",
@@ -37,8 +38,9 @@ def real_model_report(
     *, lam_ratios: tuple[float, ...] = LAM_RATIOS, progress: bool = True
 ) -> dict[str, Any]:
     """The report as a dict: the :data:`HEADLINE` numbers, ``layers`` (per-layer SAE quality),
-    the readout's penalty (``readout_lam_ratio``, chosen among ``lam_ratios`` on a validation
-    share of the training sentences, :func:`~circuitlasso.circuits.features.lam_ablation`) and
+    the readout's penalty (``readout_lam_ratio``, chosen among ``lam_ratios`` by 3-fold
+    cross-validation on the training sentences, a ``GridSearchCV`` of the
+    :class:`~circuitlasso.estimator.CircuitLasso`) and
     its ``readout_features`` (nonzero coefficients)."""
     model = load_minilm()
     layer = N_LAYERS - 1
@@ -48,10 +50,11 @@ def real_model_report(
     Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)[layer]
     Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)[layer]
     y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()
-    _, chosen = lam_ablation(Z_train, y_train, Z_dev, y_dev, lam_ratios, layer=layer)
-    fit = fit_label(Z_train, y_train, chosen, layer=layer)
-    report["readout_lam_ratio"] = chosen
-    report["readout_test_accuracy"] = float(np.mean(fit.predict(Z_dev) == y_dev))
+    search = GridSearchCV(CircuitLasso(), {"label_lam_ratio": list(lam_ratios)}, cv=3)
+    readout = search.fit({layer: Z_train}, y_train).best_estimator_
+    fit = readout.label_fit_
+    report["readout_lam_ratio"] = readout.label_lam_ratio
+    report["readout_test_accuracy"] = readout.score({layer: Z_dev}, y_dev)
     report["readout_majority_baseline"] = float(max(y_dev.mean(), 1 - y_dev.mean()))
     report["readout_features"] = int(np.count_nonzero(fit.coef))
     report["hidden_state_max_abs_diff_vs_hf"] = max_abs_diff_vs_hf(model, list(dev.sentence))

@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="output folder (default: data/toy of the repository)",
+        help="output folder (default: the toy world shipped in the package)",
     )
     build.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     build.add_argument(
@@ -203,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
         "one JSON line of the headline numbers.",
     )
     report.add_argument(
-        "--path", type=Path, default=None, help="toy world folder (default: data/toy)"
+        "--path",
+        type=Path,
+        default=None,
+        help="toy world folder (default: the one shipped in the package)",
     )
     report.set_defaults(func=_toy_report)
 

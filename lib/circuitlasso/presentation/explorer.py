@@ -1,7 +1,8 @@
 """An interactive explorer of a traced SAE-feature circuit: one self-contained HTML file.
 
-:func:`explorer_data` gathers what the explorer shows from a study, its readout and an
-interpreted circuit (after :meth:`~circuitlasso.circuits.study.FeatureStudy.interpret_circuit`);
+:func:`explorer_data` gathers what the explorer shows from a fitted
+:class:`~circuitlasso.estimator.CircuitLasso` and its interpreted circuit, with the model, SAEs,
+prompts and labels its features came from;
 :func:`save_data` and :func:`load_data` write and read it as JSON; :func:`write_html` writes the
 page (the JSON, and the explorer's own script and style inlined: nothing is fetched when it is
 viewed, no server is needed); :func:`show` displays it in a notebook cell, and so in the book.
@@ -50,10 +51,12 @@ import numpy as np
 from IPython.display import HTML
 
 from circuitlasso.cache import atomic_path
+from circuitlasso.circuits import interpret
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.circuits.trace import check_interpreted, label_importance, node_name
+from circuitlasso.estimator import CircuitLasso
+from circuitlasso.forward import Model, SAEMap, sae_layers
 
 SCHEMA = "circuitlasso.explorer/1"
 """The version of the JSON the explorer reads; bump it when a field changes meaning."""
@@ -99,17 +102,17 @@ def _readout_columns(label_fit: LabelFit) -> list[str]:
     return ["y"]
 
 
-def _prompt_rows(prompts: int | Sequence[int], total: int) -> list[int]:
-    """``prompts`` rows spread evenly over ``total`` (an int), or the rows given."""
-    if isinstance(prompts, int):
-        if prompts < 0:
-            raise ValueError(f"prompts must be >= 0, got {prompts}")
-        return sorted({int(i) for i in np.linspace(0, total - 1, min(prompts, total))})
-    rows = [int(i) for i in prompts]
-    bad = [i for i in rows if not 0 <= i < total]
+def _prompt_rows(rows: int | Sequence[int], total: int) -> list[int]:
+    """``rows`` rows spread evenly over ``total`` (an int), or the rows given."""
+    if isinstance(rows, int):
+        if rows < 0:
+            raise ValueError(f"rows must be >= 0, got {rows}")
+        return sorted({int(i) for i in np.linspace(0, total - 1, min(rows, total))})
+    chosen = [int(i) for i in rows]
+    bad = [i for i in chosen if not 0 <= i < total]
     if bad:
-        raise ValueError(f"prompt rows {bad} out of range: there are {total} training prompts")
-    return rows
+        raise ValueError(f"prompt rows {bad} out of range: there are {total} prompts")
+    return chosen
 
 
 def prompt_importance(
@@ -135,33 +138,48 @@ def prompt_importance(
 
 
 def explorer_data(
-    study: FeatureStudy,
-    label_fit: LabelFit,
-    circuit: Circuit,
+    lasso: CircuitLasso,
+    model: Model,
+    saes: SAEMap,
+    prompts: Sequence[str],
+    labels: Sequence | np.ndarray,
     *,
+    circuit: Circuit | None = None,
+    name: str | None = None,
     sentences: int = 5,
-    prompts: int | Sequence[int] = 40,
+    rows: int | Sequence[int] = 40,
     title: str | None = None,
 ) -> dict[str, Any]:
-    """What the explorer shows of ``circuit`` (traced from ``label_fit`` on ``study.Z`` and
-    interpreted by ``study.interpret_circuit``), as a JSON-ready dict of the module's schema.
+    """What the explorer shows of a fitted :class:`~circuitlasso.estimator.CircuitLasso`'s
+    interpreted circuit (``lasso.circuit_`` after ``lasso.interpret``, or ``circuit``, traced
+    from its readout and labelled), as a JSON-ready dict of the module's schema.
 
-    ``sentences``: top activating training sentences per node. ``prompts``: the sentences of
-    the per-prompt mode: that many training rows spread evenly, or the rows given.
+    ``model``, ``saes`` and ``prompts: (M,)`` are those the features ``lasso`` was fitted on were
+    collected with (row ``i`` is ``prompts[i]``), ``labels: (M,)`` their targets. ``name``: the
+    model's name (default ``model.cfg.model_name``). ``sentences``: top activating prompts per
+    node. ``rows``: the prompts of the per-prompt mode: that many spread evenly, or the rows
+    given.
     """
+    fit, Z = lasso.label_fit_, lasso.regressions_.Z
+    circuit = lasso.circuit_ if circuit is None else circuit
+    saes = sae_layers(saes)
     _check_circuit(circuit)
+    if len(prompts) != Z[fit.layer].shape[0] or len(labels) != len(prompts):
+        raise ValueError(
+            f"got {len(prompts)} prompts and {len(labels)} labels for features of "
+            f"{Z[fit.layer].shape[0]} prompts: pass those the features were collected on"
+        )
     layers = sorted({int(layer) for _, layer in circuit.nodes(data="layer")})
-    if not set(layers) <= set(study.layers):
-        raise ValueError(f"the circuit has layers {layers}, the study only {study.layers}")
-    if label_fit.layer != study.last:
-        raise ValueError(f"the readout reads layer {label_fit.layer}, not the last {study.last}")
-    coef = np.asarray(label_fit.coef).reshape(len(label_fit.coef), -1)
+    if not set(layers) <= set(saes):
+        raise ValueError(f"the circuit has layers {layers}, saes only {sorted(saes)}")
+    coef = np.asarray(fit.coef).reshape(len(fit.coef), -1)
     nodes = []
     for node, data in circuit.nodes(data=True):
         layer, feature = int(data["layer"]), int(data["feature"])
         if node != node_name(layer, feature):
             raise ValueError(f"node {node} should be named {node_name(layer, feature)}")
-        top = study.top_activations(layer, feature, n=sentences)
+        top = interpret.top_activations(model, saes[layer], feature, prompts, Z[layer],
+                                        n=sentences)  # fmt: skip
         tokens = [[str(t), int(c)] for t, c in data["top_tokens"].items()]
         nodes.append(
             {
@@ -172,7 +190,7 @@ def explorer_data(
                 "label": ", ".join(str(t) for t in list(data["top_tokens"])[:3])
                 or "(never active)",
                 "top_tokens": tokens,
-                "readout": [_num(v) for v in coef[feature]] if layer == label_fit.layer else None,
+                "readout": [_num(v) for v in coef[feature]] if layer == fit.layer else None,
                 "sentences": [
                     {
                         "prompt": a.row,
@@ -189,26 +207,26 @@ def explorer_data(
          "score": _num(data.get("score", abs(data["coef"]))), "type": data["type"]}
         for parent, child, data in circuit.edges(data=True)
     ]  # fmt: skip
-    rows = _prompt_rows(prompts, len(study.prompts))
-    sentences_by_row, labels = study.prompts, study.y
-    per_prompt = prompt_importance(label_fit, circuit, study.Z, rows)
+    shown = _prompt_rows(rows, len(prompts))
+    per_prompt = prompt_importance(fit, circuit, Z, shown)
+    name = str(model.cfg.model_name) if name is None else name
     return check_data(
         {
             "schema": SCHEMA,
-            "title": title or f"Circuit of {study.name}: {len(nodes)} features, {len(edges)} edges",
-            "model": study.name,
+            "title": title or f"Circuit of {name}: {len(nodes)} features, {len(edges)} edges",
+            "model": name,
             "layers": layers,
-            "readout": {"layer": int(label_fit.layer), "columns": _readout_columns(label_fit)},
+            "readout": {"layer": int(fit.layer), "columns": _readout_columns(fit)},
             "nodes": nodes,
             "edges": edges,
             "prompts": [
                 {
                     "prompt": row,
-                    "text": sentences_by_row[row],
+                    "text": prompts[row],
                     "label": _plain(labels[row]),
                     "importance": importance,
                 }
-                for row, importance in zip(rows, per_prompt, strict=True)
+                for row, importance in zip(shown, per_prompt, strict=True)
             ],  # fmt: skip
         }
     )

@@ -23,9 +23,10 @@ columns are centered (with an intercept) and scaled to unit l2 norm before solvi
 coefficients are rescaled afterwards (`normalize=True`, the default); `normalize=False` keeps the
 plain Lasso of scikit-learn.
 
-Penalty ratios. The solvers take lam; the fits on features (`circuitlasso.circuits.features`,
-`circuitlasso.estimator`) take lam_ratio, the fraction of that regression's lam_max, the smallest
-lam whose solution is all zero:
+Penalties. The solvers take lam, on the mean scale above. The fits on features
+(`circuitlasso.circuits.features`, `circuitlasso.estimator`) take either that absolute lam (`lam`,
+`label_lam`) or lam_ratio, the fraction of that regression's lam_max, the smallest lam whose
+solution is all zero (a ratio by default):
 
     lam = lam_ratio * lam_max,   lam_max = max_k |x~_k^T theta_j| / (M omega_k),
 
@@ -36,7 +37,8 @@ frequencies and lam_max the largest over the classes j (`logistic_lam_max`; the 
 two-class multinomial problem share it). A ratio is scale-free (rescaling X or y leaves
 it meaning the same sparsity), means the same for every target kind and every output, and
 ratios >= 1 give all-zero coefficients. In the paper's units, lambda = 2 M lam_ratio lam_max for
-Eqs. (2)-(4) and M lam_ratio lam_max for App. B.1 and Eq. (5).
+Eqs. (2)-(4) and M lam_ratio lam_max for App. B.1 and Eq. (5). An absolute lam is one value for
+every output (outputs whose lam_max is below it get zero coefficients), converted as above.
 
 Memory. `lasso`, `lasso_path` and `block_lasso` stay within `memory_gib` (default 8 GiB): they
 batch outputs by the bytes a batch allocates and raise `MemoryBudgetError` before any work when

@@ -15,6 +15,7 @@ as it converges without copying the Gram blocks at every finish.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import torch
@@ -95,82 +96,147 @@ def fista(
     out_conv = torch.zeros(B, dtype=torch.bool, device=Q.device)
     if B == 0:
         return out_b.to(out_dtype), out_iter, out_conv
-    rows = torch.arange(B, device=Q.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=Q.device)
-    L = (lipschitz(Q) * 1.05).clamp_min(torch.finfo(Q.dtype).tiny)
-    b = b0.clone()
-    Qb = bmv(Q, b)
-    v, Qv = b, Qb
-    t = torch.ones(B, dtype=Q.dtype, device=Q.device)
-    previous = _objective(b, Qb, q, yty, w)
-    last_signs = torch.sign(b)
-    polished_signs = torch.full_like(b, 2.0)  # signs each problem last polished (none yet)
+    batch = _Batch.start(Q, q, yty, w, b0.clone(), tol)
     for it in range(1, max_iter + 1):
+        too_long = batch.step()
+        if stop == "objective":
+            current = batch.objective()
+            done = ((batch.previous - current).abs() <= batch.tol * current.abs()) & ~too_long
+            batch.previous = current
+        elif it % check_every == 0 or it == max_iter:
+            done = batch.polished_gap() <= batch.tol
+        else:
+            continue
+        if it == max_iter:
+            break
+        new = done & ~batch.finished
+        if bool(new.any()):
+            out_b[batch.rows[new]] = batch.b[new]
+            out_iter[batch.rows[new]] = it
+            out_conv[batch.rows[new]] = True
+            batch.finished |= new
+            if bool(batch.finished.all()):
+                return out_b.to(out_dtype), out_iter, out_conv
+            if 2 * int(batch.finished.sum()) >= batch.finished.numel():
+                batch.keep(~batch.finished)  # copying Q pays off: compact
+    batch.keep(~batch.finished)
+    out_b[batch.rows] = batch.b
+    out_iter[batch.rows] = max_iter
+    if stop == "gap":
+        out_conv[batch.rows] = batch.gap() <= batch.tol
+    return out_b.to(out_dtype), out_iter, out_conv
+
+
+@dataclass(slots=True)
+class _Batch:
+    """The problems of a `fista` call still in its batch: row i is problem rows[i] of the call.
+
+    rows (B,); Q (B, K, K), q (B, K), yty (B,), w (B, K), tol (B,) as in `fista`; b, Qb (B, K)
+    the iterate and Q b; v, Qv (B, K) the extrapolated point and Q v; t (B,) the momentum
+    sequence; L (B,) the Lipschitz estimates; previous (B,) the last objective (stop="objective");
+    last_signs (B, K) the signs at the last gap check; polished_signs (B, K) the signs last
+    polished (2 where none yet); finished (B,) the problems whose result is taken.
+    """
+
+    rows: Tensor
+    Q: Tensor
+    q: Tensor
+    yty: Tensor
+    w: Tensor
+    tol: Tensor
+    b: Tensor
+    Qb: Tensor
+    v: Tensor
+    Qv: Tensor
+    t: Tensor
+    L: Tensor
+    previous: Tensor
+    last_signs: Tensor
+    polished_signs: Tensor
+    finished: Tensor
+
+    @classmethod
+    def start(cls, Q: Tensor, q: Tensor, yty: Tensor, w: Tensor, b: Tensor, tol: Tensor) -> _Batch:
+        """All B problems at b (B, K), with no momentum and L from `lipschitz`."""
+        B = Q.shape[0]
+        Qb = bmv(Q, b)
+        return cls(
+            rows=torch.arange(B, device=Q.device),
+            Q=Q,
+            q=q,
+            yty=yty,
+            w=w,
+            tol=tol,
+            b=b,
+            Qb=Qb,
+            v=b,
+            Qv=Qb,
+            t=torch.ones(B, dtype=Q.dtype, device=Q.device),
+            L=(lipschitz(Q) * 1.05).clamp_min(torch.finfo(Q.dtype).tiny),
+            previous=_objective(b, Qb, q, yty, w),
+            last_signs=torch.sign(b),
+            polished_signs=torch.full_like(b, 2.0),
+            finished=torch.zeros(B, dtype=torch.bool, device=Q.device),
+        )
+
+    def keep(self, mask: Tensor) -> None:
+        """Keep only the problems where mask (B,) is True, in every tensor."""
+        for field in fields(self):
+            setattr(self, field.name, getattr(self, field.name)[mask])
+
+    def objective(self) -> Tensor:
+        """F at b, (B,)."""
+        return _objective(self.b, self.Qb, self.q, self.yty, self.w)
+
+    def gap(self) -> Tensor:
+        """Duality gap at b, (B,)."""
+        return _restricted_gap(self.b, self.Qb, self.q, self.yty, self.w)
+
+    def step(self) -> Tensor:
+        """One FISTA step with backtracking and adaptive restart; returns (B,) where L doubled
+        (those problems stay at b)."""
+        Q, q, w, b, Qb, v, Qv = self.Q, self.q, self.w, self.b, self.Qb, self.v, self.Qv
+        L, t = self.L, self.t
         z = _soft_threshold(v - (Qv - q) / L.unsqueeze(1), w / L.unsqueeze(1))
         Qz = bmv(Q, z)
         dz = z - v
         too_long = (dz * (Qz - Qv)).sum(1) > L * (dz * dz).sum(1) * (1 + 1e-6)
         if bool(too_long.any()):
             L = torch.where(too_long, 2 * L, L)
-            keep = too_long.unsqueeze(1)
-            z, Qz = torch.where(keep, b, z), torch.where(keep, Qb, Qz)
+            stay = too_long.unsqueeze(1)
+            z, Qz = torch.where(stay, b, z), torch.where(stay, Qb, Qz)
             t = torch.where(too_long, torch.ones_like(t), t)
         t_next = (1 + torch.sqrt(1 + 4 * t * t)) / 2
         momentum = (t - 1) / t_next
         restart = ((v - z) * (z - b)).sum(1) > 0
         momentum = torch.where(restart, torch.zeros_like(momentum), momentum)
-        t = torch.where(restart, torch.ones_like(t_next), t_next)
-        v = z + momentum.unsqueeze(1) * (z - b)
-        Qv = Qz + momentum.unsqueeze(1) * (Qz - Qb)
-        b, Qb = z, Qz
-        if stop == "objective":
-            current = _objective(b, Qb, q, yty, w)
-            done = ((previous - current).abs() <= tol * current.abs()) & ~too_long
-            previous = current
-        elif it % check_every == 0 or it == max_iter:
-            gap = _restricted_gap(b, Qb, q, yty, w)
-            signs = torch.sign(b)
-            finishing = gap <= tol
-            tried = (signs == polished_signs).all(1)
-            stable = (signs == last_signs).all(1) & ~finishing & ~tried
-            last_signs = signs
-            if bool((stable | finishing).any()):
-                idx = (stable | finishing).nonzero().squeeze(1)
-                polished_signs[idx] = signs[idx]
-                b_p = polish(Q[idx], q[idx], w[idx], signs[idx])
-                Qb_p = bmv(Q[idx], b_p)
-                gap_p = _restricted_gap(b_p, Qb_p, q[idx], yty[idx], w[idx])
-                better = torch.where(finishing[idx], gap_p <= gap[idx], gap_p < 0.5 * gap[idx])
-                idx, b_p, Qb_p = idx[better], b_p[better], Qb_p[better]
-                b[idx], Qb[idx], v[idx], Qv[idx] = b_p, Qb_p, b_p, Qb_p
-                gap[idx], t[idx] = gap_p[better], 1.0
-            done = gap <= tol
-        else:
-            continue
-        if it == max_iter:
-            break
-        new = done & ~finished
-        if bool(new.any()):
-            out_b[rows[new]] = b[new]
-            out_iter[rows[new]] = it
-            out_conv[rows[new]] = True
-            finished |= new
-            if bool(finished.all()):
-                return out_b.to(out_dtype), out_iter, out_conv
-            if 2 * int(finished.sum()) >= finished.numel():  # copying Q pays off: compact
-                keep = ~finished
-                rows, Q, q = rows[keep], Q[keep], q[keep]
-                yty, w, tol = yty[keep], w[keep], tol[keep]
-                b, Qb, v, Qv, t, L = b[keep], Qb[keep], v[keep], Qv[keep], t[keep], L[keep]
-                previous, last_signs, finished = previous[keep], last_signs[keep], finished[keep]
-                polished_signs = polished_signs[keep]
-    left = ~finished
-    rows, b = rows[left], b[left]
-    out_b[rows] = b
-    out_iter[rows] = max_iter
-    if stop == "gap":
-        out_conv[rows] = _restricted_gap(b, Qb[left], q[left], yty[left], w[left]) <= tol[left]
-    return out_b.to(out_dtype), out_iter, out_conv
+        self.L, self.t = L, torch.where(restart, torch.ones_like(t_next), t_next)
+        self.v = z + momentum.unsqueeze(1) * (z - b)
+        self.Qv = Qz + momentum.unsqueeze(1) * (Qz - Qb)
+        self.b, self.Qb = z, Qz
+        return too_long
+
+    def polished_gap(self) -> Tensor:
+        """Duality gap (B,) after `polish` where the signs are stable or the gap meets tol (see
+        `fista`); polished points replace b and v and restart the momentum."""
+        gap = self.gap()
+        signs = torch.sign(self.b)
+        finishing = gap <= self.tol
+        tried = (signs == self.polished_signs).all(1)
+        stable = (signs == self.last_signs).all(1) & ~finishing & ~tried
+        self.last_signs = signs
+        if bool((stable | finishing).any()):
+            idx = (stable | finishing).nonzero().squeeze(1)
+            self.polished_signs[idx] = signs[idx]
+            Q, q, w = self.Q[idx], self.q[idx], self.w[idx]
+            b_p = polish(Q, q, w, signs[idx])
+            Qb_p = bmv(Q, b_p)
+            gap_p = _restricted_gap(b_p, Qb_p, q, self.yty[idx], w)
+            better = torch.where(finishing[idx], gap_p <= gap[idx], gap_p < 0.5 * gap[idx])
+            idx, b_p, Qb_p = idx[better], b_p[better], Qb_p[better]
+            self.b[idx], self.Qb[idx], self.v[idx], self.Qv[idx] = b_p, Qb_p, b_p, Qb_p
+            gap[idx], self.t[idx] = gap_p[better], 1.0
+        return gap
 
 
 def polish(Q: Tensor, q: Tensor, w: Tensor, signs: Tensor) -> Tensor:

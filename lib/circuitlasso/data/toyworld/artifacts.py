@@ -1,6 +1,6 @@
-"""The toy world on disk: layout, saving and loading of the model, SAEs and manifest.
+"""The toy world on disk: layout, saving and loading of the model and SAEs.
 
-Layout of a toy-world folder (default ``data/toy/`` of the repository)::
+Layout of a toy-world folder (default: :func:`default_toy_dir`, shipped inside the package)::
 
     tokenizer.json
     model/config.json              HookedTransformerConfig arguments and the data seed
@@ -8,13 +8,13 @@ Layout of a toy-world folder (default ``data/toy/`` of the repository)::
     saes/blocks.{l}.hook_resid_post/cfg.json, sae_weights.safetensors   (sae-lens format)
     report.json                    the quality report at build time
     manifest.json                  sha256 of every other file, seed, versions, command
+                                   (:mod:`circuitlasso.data.artifacts`)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from importlib.metadata import version
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +22,25 @@ from sae_lens import SAE
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer
 
-import circuitlasso
 from circuitlasso.cache import atomic_path
+from circuitlasso.data.artifacts import FILE_MODE, write_json
 from circuitlasso.data.toyworld.lm import make_model, resid_hook
 from circuitlasso.data.toyworld.tokenizer import TOKENIZER_FILE, load_tokenizer
 
+BUILT_DIR = "built"
 MODEL_DIR = "model"
 MODEL_CONFIG = "config.json"
 MODEL_WEIGHTS = "model.safetensors"
 SAES_DIR = "saes"
-REPORT_FILE = "report.json"
-MANIFEST_FILE = "manifest.json"
-VERSIONED_PACKAGES = ("circuitlasso", "torch", "transformer-lens", "sae-lens", "tokenizers")
-FILE_MODE = 0o644
 BUILD_HINT = "build it with `circuitlasso toy build` (or pass the folder of a built toy world)"
 
 
 def default_toy_dir() -> Path:
-    """``data/toy`` of the repository this package lives in."""
-    return Path(circuitlasso.__file__).resolve().parents[2] / "data" / "toy"
+    """The toy world shipped as package data: ``circuitlasso/data/toyworld/built``."""
+    root = resources.files("circuitlasso.data.toyworld") / BUILT_DIR
+    if not isinstance(root, Path):  # a zipped install
+        raise FileNotFoundError(f"the toy world at {root} is not a folder on disk")
+    return root
 
 
 def toy_dir(path: Path | str | None) -> Path:
@@ -49,12 +49,6 @@ def toy_dir(path: Path | str | None) -> Path:
     if not (root / MODEL_DIR / MODEL_WEIGHTS).is_file():
         raise FileNotFoundError(f"no toy world at {root}: {BUILD_HINT}")
     return root
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically (:func:`circuitlasso.cache.atomic_path`)."""
-    with atomic_path(path, mode=FILE_MODE) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def save_model(model: HookedTransformer, arch: dict[str, Any], seed: int, root: Path) -> None:
@@ -99,34 +93,3 @@ def load_toy_saes(
     if missing:
         raise FileNotFoundError(f"no toy SAE for layers {missing} under {root / SAES_DIR}")
     return {layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu") for layer in chosen}
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def artifact_files(root: Path) -> list[Path]:
-    """Every file of a toy world except the manifest, sorted."""
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
-
-
-def write_manifest(root: Path, info: dict[str, Any]) -> None:
-    """``manifest.json``: ``info`` plus library versions and the sha256 of every file."""
-    versions = {name: version(name) for name in VERSIONED_PACKAGES}
-    files = {p.relative_to(root).as_posix(): sha256(p) for p in artifact_files(root)}
-    write_json(root / MANIFEST_FILE, {**info, "versions": versions, "files": files})
-
-
-def manifest_mismatches(path: Path | str | None = None) -> list[str]:
-    """Files whose sha256 differs from ``manifest.json`` or that are missing or unlisted."""
-    root = toy_dir(path)
-    listed = json.loads((root / MANIFEST_FILE).read_text())["files"]
-    present = {p.relative_to(root).as_posix(): p for p in artifact_files(root)}
-    problems = [f"missing: {name}" for name in sorted(set(listed) - set(present))]
-    problems += [f"unlisted: {name}" for name in sorted(set(present) - set(listed))]
-    problems += [
-        f"sha256 differs: {name}"
-        for name in sorted(set(listed) & set(present))
-        if sha256(present[name]) != listed[name]
-    ]
-    return problems

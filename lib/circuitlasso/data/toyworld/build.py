@@ -3,9 +3,6 @@ report and manifest, written to a staging folder and swapped into place when com
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -13,14 +10,8 @@ from pathlib import Path
 
 import torch
 
-from circuitlasso.data.toyworld.artifacts import (
-    REPORT_FILE,
-    default_toy_dir,
-    sae_dir,
-    save_model,
-    write_json,
-    write_manifest,
-)
+from circuitlasso.data.artifacts import REPORT_FILE, staged_folder, write_json, write_manifest
+from circuitlasso.data.toyworld.artifacts import default_toy_dir, sae_dir, save_model
 from circuitlasso.data.toyworld.datasets import lm_training_texts
 from circuitlasso.data.toyworld.grammar import vocabulary
 from circuitlasso.data.toyworld.lm import (
@@ -67,7 +58,7 @@ QUICK = BuildConfig(
 def build_command(out_dir: Path, seed: int, quick: bool) -> str:
     """The ``circuitlasso`` command line that makes this build."""
     parts = ["circuitlasso", "toy", "build"]
-    if out_dir.resolve() != default_toy_dir():
+    if out_dir.resolve() != default_toy_dir().resolve():
         parts += ["--out", str(out_dir)]
     parts += ["--seed", str(seed)] + (["--quick"] if quick else [])
     return " ".join(parts)
@@ -86,25 +77,6 @@ def _deterministic() -> Iterator[None]:
         torch.set_num_threads(previous[1])
 
 
-@contextmanager
-def _staged(out_dir: Path) -> Iterator[Path]:
-    """A fresh sibling folder that replaces ``out_dir`` if the block succeeds."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-build-", dir=out_dir.parent))
-    stage.chmod(0o755)
-    try:
-        yield stage
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    retired = out_dir.with_name(f".{out_dir.name}-previous")
-    shutil.rmtree(retired, ignore_errors=True)
-    if out_dir.exists():
-        os.replace(out_dir, retired)
-    os.replace(stage, out_dir)
-    shutil.rmtree(retired, ignore_errors=True)
-
-
 def _make_readable(root: Path) -> None:
     """Files 0644 and folders 0755 (some writers create private temporary files)."""
     for path in root.rglob("*"):
@@ -113,10 +85,10 @@ def _make_readable(root: Path) -> None:
 
 def build_toy_world(out_dir: Path | str | None = None, seed: int = 0, quick: bool = False) -> Path:
     """Generate the corpus, train the LM and one SAE per layer, and write everything (plus
-    ``report.json`` and ``manifest.json``) to ``out_dir`` (default: ``data/toy``)."""
+    ``report.json`` and ``manifest.json``) to ``out_dir`` (default: :func:`default_toy_dir`)."""
     out = Path(out_dir) if out_dir is not None else default_toy_dir()
     cfg = QUICK if quick else FULL
-    with _deterministic(), _staged(out) as stage:
+    with _deterministic(), staged_folder(out) as stage:
         tokenizer = build_tokenizer(vocabulary())
         save_tokenizer(tokenizer, stage / TOKENIZER_FILE)
         texts = lm_training_texts(seed, cfg.n_sentences, cfg.n_biographies)

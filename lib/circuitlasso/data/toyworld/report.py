@@ -169,7 +169,7 @@ def _held_out_documents(seed: int) -> dict[str, list[str]]:
 
 
 def toy_report(path: Path | str | None = None) -> dict[str, Any]:
-    """The quality report of the toy world at ``path`` (default: ``data/toy``)."""
+    """The quality report of the toy world at ``path`` (default: the one shipped in the package)."""
     root = toy_dir(path)
     seed = int(model_config(root)["seed"])
     model = load_toy_model(root)

@@ -5,10 +5,10 @@ per row (``override_dataset``); ``<bos>`` and ``<pad>`` positions are left out o
 the SAE sees exactly the token activations a sentence produces at inference time.
 
 Training runs in rounds. Between rounds, latents that never fire on a sample of activations are
-re-initialized towards poorly reconstructed activations (the resampling of Bricken et al.,
-2023), and the next round continues from the resulting SAE (``override_sae``). The toy
-language has far fewer distinct contexts than natural text, and without resampling a third or
-more of the latents never fire.
+re-initialized towards poorly reconstructed activations
+(:func:`~circuitlasso.data.sae_training.reinitialize_dead_latents`), and the next round
+continues from the resulting SAE (``override_sae``). The toy language has far fewer distinct
+contexts than natural text, and without resampling a third or more of the latents never fire.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from sae_lens import (
 from sae_lens.saes.sae import TrainingSAE
 from transformer_lens import HookedTransformer
 
+from circuitlasso.data.sae_training import reinitialize_dead_latents
 from circuitlasso.data.toyworld.lm import resid_hook, residuals
 
 _EXPECTED_WARNINGS = (
@@ -104,36 +105,6 @@ def runner_config(
         output_path=None,
         verbose=False,
     )
-
-
-@torch.no_grad()
-def reinitialize_dead_latents(
-    sae: TrainingSAE, sample: torch.Tensor, generator: torch.Generator
-) -> int:
-    """Re-initialize the latents of ``sae`` that never fire on ``sample: (n, d_in)``.
-
-    Each dead latent gets the direction of a sample activation (relative to ``b_dec``) drawn
-    with probability proportional to its squared reconstruction error, as decoder row and
-    encoder column, scaled to the mean norms of the live latents; its encoder bias becomes the
-    live latents' mean. Returns the number of latents re-initialized.
-    """
-    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool)
-    errors = []
-    for start in range(0, len(sample), 4096):
-        batch = sample[start : start + 4096]
-        features = sae.encode(batch)
-        fired |= (features > 0).any(0)
-        errors.append(((sae.decode(features) - batch) ** 2).sum(-1))
-    dead = (~fired).nonzero()[:, 0]
-    if len(dead) == 0 or not fired.any():
-        return 0
-    picked = torch.multinomial(torch.cat(errors), len(dead), replacement=False, generator=generator)
-    directions = sample[picked] - sae.b_dec
-    directions /= directions.norm(dim=-1, keepdim=True).clamp(min=1e-8)
-    sae.W_dec[dead] = directions * sae.W_dec[fired].norm(dim=-1).mean()
-    sae.W_enc[:, dead] = directions.T * sae.W_enc[:, fired].norm(dim=0).mean()
-    sae.b_enc[dead] = sae.b_enc[fired].mean()
-    return len(dead)
 
 
 def train_sae(

@@ -8,27 +8,20 @@
   features.
 - :mod:`~circuitlasso.evaluation.debias.gender`: the automatic gender-feature rule and the toy
   world's truth.
-- :mod:`~circuitlasso.evaluation.debias.compare`: every method of the comparison on one task, and
-  the section's tables and summary.
+- :mod:`~circuitlasso.evaluation.debias.compare`: every method of the comparison on one task.
+- :mod:`~circuitlasso.evaluation.debias.runs`: each model of the section and its SAEs, loaded and
+  compared in turn.
+- :mod:`~circuitlasso.evaluation.debias.toy`: on the toy world only, the gender-feature rule's
+  calls against the planted truth.
+- :mod:`~circuitlasso.evaluation.debias.tables`: the section's tables and summary.
 """
 
 from circuitlasso.evaluation.debias.compare import (
     Comparison,
     Method,
-    ablation_table,
-    by_model,
-    candidate_table,
     chosen_nodes,
     compare_methods,
-    compare_models,
     describe,
-    gap_closed,
-    load_run,
-    removal_table,
-    rule_vs_toy_truth,
-    scores_table,
-    summary,
-    write_results,
     zero_columns,
 )
 from circuitlasso.evaluation.debias.data import (
@@ -61,7 +54,19 @@ from circuitlasso.evaluation.debias.probes import (
     fit_probe,
     pooled_activations,
 )
+from circuitlasso.evaluation.debias.runs import compare_models, load_run
 from circuitlasso.evaluation.debias.shift import ig_scores
+from circuitlasso.evaluation.debias.tables import (
+    ablation_table,
+    by_model,
+    candidate_table,
+    gap_closed,
+    removal_table,
+    scores_table,
+    summary,
+    write_results,
+)
+from circuitlasso.evaluation.debias.toy import rule_vs_toy_truth
 
 __all__ = [
     "GENDER_SWAPS",

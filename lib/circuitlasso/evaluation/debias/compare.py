@@ -5,7 +5,8 @@ balanced one) and predicts the balanced test set. ``seconds`` is the time to bui
 classifier from the training texts (activations or SAE features, fits, attribution, ranking,
 edited activations for a retrain), without the choice of gender features and without the test
 set; SHIFT's includes training the ORIGINAL probe it edits. SAE features are collected into a
-fresh temporary cache, so no method is timed on cached work.
+fresh temporary cache (:func:`~circuitlasso.collect.features.fresh_features`), so no method is
+timed on cached work.
 
 - ORIGINAL / ORACLE: :func:`~circuitlasso.evaluation.debias.probes.fit_probe` on pooled
   activations, fit to convergence (:data:`PROBE_TOL`, as every probe here).
@@ -23,22 +24,15 @@ fresh temporary cache, so no method is timed on cached work.
   refits ``A_{s,y}`` with those features zeroed. CircuitLasso-no-removal, the ablation, is the
   same classifier with nothing zeroed: what the removal step changes.
 
-:func:`load_run` loads a model and the SAEs a comparison needs, :func:`compare_models` runs the
-comparison on each model of the section. The section's tables come from the :class:`Comparison`:
-the candidates as shown (:func:`candidate_table`), Table 2 (:func:`scores_table`), Table 1
-(:func:`removal_table`), CircuitLasso with and without its removal step (:func:`ablation_table`),
-the worst-group gap each method closes (:func:`gap_closed`), each table for several models side
-by side (:func:`by_model`), the rule against the toy world's truth (:func:`rule_vs_toy_truth`)
-and the summary (:func:`summary`).
+:func:`compare_methods` runs them all into a :class:`Comparison`: one row per method, and the
+candidates each feature-removal method ranked (:func:`describe`) and removed
+(:func:`chosen_nodes`).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -46,14 +40,12 @@ import scipy.sparse as sp
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.cache import atomic_path
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.interpret import top_tokens
-from circuitlasso.collect import collect_sae_features
-from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.collect import collect_sae_features, fresh_features
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.debias.data import accuracies, bottleneck, targets
-from circuitlasso.evaluation.debias.gender import Node, rule_vs_truth, swap_effects
+from circuitlasso.evaluation.debias.gender import Node, swap_effects
 from circuitlasso.evaluation.debias.probes import (
     Probe,
     fit_concept_bottleneck,
@@ -61,19 +53,12 @@ from circuitlasso.evaluation.debias.probes import (
     pooled_activations,
 )
 from circuitlasso.evaluation.debias.shift import ig_scores
-from circuitlasso.evaluation.faithfulness import fresh_features
+from circuitlasso.timing import Stopwatch
 
-T = TypeVar("T")
 # Every probe is fit to convergence: at scikit-learn's default tolerance the ORIGINAL probe's
 # refit on edited activations (SHIFT-retrain) stopped short, and another machine's rounding moved
 # its worst group by 8 points.
 PROBE_TOL = 1e-8
-
-
-def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
-    """``fn(*args, **kwargs)`` and the seconds it took."""
-    start = time.perf_counter()
-    return fn(*args, **kwargs), time.perf_counter() - start
 
 
 @dataclass(frozen=True)
@@ -206,29 +191,33 @@ def _probe_methods(
 ) -> tuple[list[Method], Probe, float]:
     """ORIGINAL, CBP (over ``concepts``) and ORACLE; the ORIGINAL probe and its seconds."""
     y = task.y["ambiguous_train"]
-    X, t_pool = timed(task.pool, "ambiguous_train")
-    original, t_fit = timed(fit_probe, X, y, C=task.C, tol=PROBE_TOL)
-    cbp, t_cbp = timed(
-        fit_concept_bottleneck,
-        task.model,
-        task.hook,
-        X,
-        y,
-        concepts,
-        C=task.C,
-        tol=PROBE_TOL,
-        batch_size=task.batch_size,
-    )
-    X_balanced, t_balanced = timed(task.pool, "balanced_train")
-    oracle, t_oracle = timed(
-        fit_probe, X_balanced, task.y["balanced_train"], C=task.C, tol=PROBE_TOL
-    )
+    clock = Stopwatch()
+    with clock.timed("pool"):
+        X = task.pool("ambiguous_train")
+    with clock.timed("fit"):
+        original = fit_probe(X, y, C=task.C, tol=PROBE_TOL)
+    with clock.timed("cbp"):
+        cbp = fit_concept_bottleneck(
+            task.model,
+            task.hook,
+            X,
+            y,
+            concepts,
+            C=task.C,
+            tol=PROBE_TOL,
+            batch_size=task.batch_size,
+        )
+    with clock.timed("pool balanced"):
+        X_balanced = task.pool("balanced_train")
+    with clock.timed("oracle"):
+        oracle = fit_probe(X_balanced, task.y["balanced_train"], C=task.C, tol=PROBE_TOL)
+    t = clock.laps
     methods = [
-        Method("ORIGINAL", original.predict(X_test), None, t_pool + t_fit),
-        Method("CBP", cbp.predict(X_test), None, t_pool + t_cbp),
-        Method("ORACLE", oracle.predict(X_test), None, t_balanced + t_oracle),
+        Method("ORIGINAL", original.predict(X_test), None, t["pool"] + t["fit"]),
+        Method("CBP", cbp.predict(X_test), None, t["pool"] + t["cbp"]),
+        Method("ORACLE", oracle.predict(X_test), None, t["pool balanced"] + t["oracle"]),
     ]
-    return methods, original, t_pool + t_fit
+    return methods, original, t["pool"] + t["fit"]
 
 
 def _shift_methods(
@@ -245,26 +234,31 @@ def _shift_methods(
     y = task.y["ambiguous_train"]
     saes = {s: task.saes[s] for s in range(task.layer + 1)}
     prompts = task.texts["ambiguous_train"][:attribution_prompts]
-    scores, t_ig = timed(
-        ig_scores,
-        task.model,
-        saes,
-        original,
-        task.hook,
-        prompts,
-        y[:attribution_prompts],
-        steps=steps,
-        batch_size=task.batch_size,
-    )
-    ranking, t_rank = timed(lambda: rank_features(scores)[:n_candidates])
+    clock = Stopwatch()
+    with clock.timed("ig"):
+        scores = ig_scores(
+            task.model,
+            saes,
+            original,
+            task.hook,
+            prompts,
+            y[:attribution_prompts],
+            steps=steps,
+            batch_size=task.batch_size,
+        )
+    with clock.timed("rank"):
+        ranking = rank_features(scores)[:n_candidates]
     candidates = task.candidates(ranking, scores)
     removed = chosen_nodes(candidates, manual)
     candidates["removed"] = _marks(candidates, removed)
     X_test = task.pool("balanced_test", removed)
-    X_edited, t_edit = timed(task.pool, "ambiguous_train", removed)
-    retrained, t_refit = timed(fit_probe, X_edited, y, C=task.C, tol=PROBE_TOL)
-    seconds = t_original + t_ig + t_rank
-    seconds_retrain = seconds + t_edit + t_refit
+    with clock.timed("edit"):
+        X_edited = task.pool("ambiguous_train", removed)
+    with clock.timed("refit"):
+        retrained = fit_probe(X_edited, y, C=task.C, tol=PROBE_TOL)
+    t = clock.laps
+    seconds = t_original + t["ig"] + t["rank"]
+    seconds_retrain = seconds + t["edit"] + t["refit"]
     methods = [
         Method("SHIFT", original.predict(X_test), len(removed), seconds),
         Method("SHIFT-retrain", retrained.predict(X_test), len(removed), seconds_retrain),
@@ -285,13 +279,18 @@ def _lasso_methods(
             layer
         ]
 
-    Z, t_collect = timed(collect, "ambiguous_train")
+    clock = Stopwatch()
+    with clock.timed("collect"):
+        Z = collect("ambiguous_train")
     Z_test = collect("balanced_test")
-    fit, t_l1 = timed(fit_label, Z, y, lam_ratio, layer=layer)
+    with clock.timed("l1"):
+        fit = fit_label(Z, y, lam_ratio, layer=layer)
     support = np.flatnonzero(fit.coef)
-    sparse_probe, t_sparse = timed(fit_probe, Z[:, support], y, C=task.C, tol=PROBE_TOL)
+    with clock.timed("sparse probe"):
+        sparse_probe = fit_probe(Z[:, support], y, C=task.C, tol=PROBE_TOL)
     coef = {layer: fit.coef}
-    ranking, t_rank = timed(lambda: rank_features(coef)[:n_candidates])
+    with clock.timed("rank"):
+        ranking = rank_features(coef)[:n_candidates]
     candidates = task.candidates(ranking, coef)
     removed = chosen_nodes(candidates, manual)
     candidates["removed"] = _marks(candidates, removed)
@@ -299,51 +298,30 @@ def _lasso_methods(
     if outside:
         raise ValueError(f"CircuitLasso reads layer {layer} only; cannot remove {outside}")
     features = [feature for _, feature in removed]
-    Z_zeroed, t_zero = timed(zero_columns, Z, features)
-    refit, t_refit = timed(  # the same lam as the fit: its ratio of the zeroed lam_max
-        lambda: fit_label(Z_zeroed, y, fit.lam / label_lam_max(Z_zeroed, y), layer=layer)
-    )
+    with clock.timed("zero"):
+        Z_zeroed = zero_columns(Z, features)
+    with clock.timed("refit"):  # the same lam as the fit: its ratio of the zeroed lam_max
+        refit = fit_label(Z_zeroed, y, fit.lam / label_lam_max(Z_zeroed, y), layer=layer)
     Z_test_zeroed = zero_columns(Z_test, features)
-    seconds = t_collect + t_l1 + t_rank
+    t = clock.laps
+    seconds = t["collect"] + t["l1"] + t["rank"]
     methods = [
         Method(
             "LINEAR PROBING",
             sparse_probe.predict(Z_test[:, support]),
             None,
-            t_collect + t_l1 + t_sparse,
+            t["collect"] + t["l1"] + t["sparse probe"],
         ),
-        Method("CircuitLasso-no-removal", _classes(fit, Z_test), 0, t_collect + t_l1),
+        Method("CircuitLasso-no-removal", _classes(fit, Z_test), 0, t["collect"] + t["l1"]),
         Method("CircuitLasso", _classes(fit, Z_test_zeroed), len(features), seconds),
         Method(
             "CircuitLasso-retrain",
             _classes(refit, Z_test_zeroed),
             len(features),
-            seconds + t_zero + t_refit,
+            seconds + t["zero"] + t["refit"],
         ),
     ]
     return methods, candidates, removed
-
-
-def load_run(
-    model_name: str, layer: int, *, device: str = "cpu"
-) -> tuple[HookedTransformer, dict[int, SAE]]:
-    """The model ``model_name`` and its residual-stream SAEs of layers ``0..layer``, keyed by
-    layer: what :func:`compare_methods` needs to probe ``blocks.<layer>.hook_resid_post`` (SHIFT
-    reads every SAE up to it). Hub models and SAE releases as
-    :func:`~circuitlasso.data.models.load_model` and :func:`~circuitlasso.data.models.load_saes`
-    name them (Pythia-70M-deduped: Marks et al.'s; Gemma-2: Gemma Scope's canonical 16k); each
-    SAE is checked to fit the model."""
-    if layer < 0:
-        raise ValueError(f"layer must be >= 0, got {layer}")
-    model = load_model(model_name, device=device)
-    if not isinstance(model, HookedTransformer):
-        raise ValueError(f"{model_name} is not a HookedTransformer, which compare_methods needs")
-    if layer >= model.cfg.n_layers:
-        raise ValueError(
-            f"{model_name} has layers 0..{model.cfg.n_layers - 1}; cannot probe layer {layer}"
-        )
-    saes = load_saes(model_name, range(layer + 1), "resid_post", device=device, model=model)
-    return model, saes
 
 
 def compare_methods(
@@ -426,165 +404,3 @@ def compare_methods(
         {"SHIFT": shift_candidates, "CircuitLasso": lasso_candidates},
         {"SHIFT": shift_removed, "CircuitLasso": lasso_removed},
     )
-
-
-def compare_models(
-    runs: Mapping[str, int],
-    splits: Mapping[str, pd.DataFrame],
-    professions: Sequence[str],
-    concepts: Mapping[str, Sequence[str]],
-    *,
-    device: str = "cpu",
-    shift_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
-    circuitlasso_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
-    **options: Any,
-) -> tuple[dict[str, Comparison], dict[str, pd.DataFrame]]:
-    """:func:`compare_methods` on each model of ``runs`` (model name -> the layer its probes
-    read), the model and its SAEs loaded by :func:`load_run` one at a time; the comparisons, and
-    for the toy world the rule against its ground truth (:func:`rule_vs_toy_truth`), by model.
-
-    ``shift_gender`` / ``circuitlasso_gender``: manual gender features of each model, model name
-    -> ``[layer, feature]`` pairs (a model not named: the automatic rule); ``options``: the other
-    keyword arguments of :func:`compare_methods`.
-    """
-    if not runs:
-        raise ValueError("runs names no model; give at least one model name -> layer")
-    comparisons, truths = {}, {}
-    for name, layer in runs.items():
-        model, saes = load_run(name, int(layer), device=device)
-        comparisons[name] = compare_methods(
-            model,
-            saes,
-            int(layer),
-            splits,
-            professions,
-            concepts,
-            shift_gender=(shift_gender or {}).get(name),
-            circuitlasso_gender=(circuitlasso_gender or {}).get(name),
-            **options,
-        )
-        if name == "toy":
-            batch_size = options.get("batch_size", 64)
-            truths[name] = rule_vs_toy_truth(
-                model, saes, comparisons[name], splits, batch_size=batch_size
-            )
-        del model, saes  # before the next model loads
-    return comparisons, truths
-
-
-# ---------------------------------------------------------------- the tables of the section
-
-SCORES = ["profession", "gender", "worst_group"]  # Table 2's columns
-REMOVALS = ["SHIFT", "SHIFT-retrain", "CircuitLasso", "CircuitLasso-retrain"]  # Table 1's rows
-ABLATION = ["CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain"]
-
-
-def candidate_table(candidates: pd.DataFrame, n_tokens: int = 4) -> pd.DataFrame:
-    """Ranked candidates (:func:`describe` plus ``removed``) as shown: ``node``, ``score``, ``top
-    tokens`` (the ``n_tokens`` most frequent as ``word xcount``), ``swap_effect``, the ``rule``'s
-    call and ``removed``; numbers to 3 decimals."""
-    tokens = [
-        ", ".join(f"{w} x{n}" for w, n in t.most_common(n_tokens)) for t in candidates["tokens"]
-    ]
-    return (
-        candidates.assign(tokens=tokens)
-        .drop(columns=["layer", "feature"])
-        .rename(columns={"tokens": "top tokens", "gendered": "rule"})
-        .round(3)
-    )
-
-
-def scores_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Table 2 from a :class:`Comparison` ``table``: ``profession``, ``gender`` and
-    ``worst_group`` of every method, to 0.1."""
-    return table[SCORES].round(1)
-
-
-def by_model(
-    comparisons: Mapping[str, Comparison], table: Callable[[pd.DataFrame], pd.DataFrame]
-) -> pd.DataFrame:
-    """One of the section's tables (``table``, e.g. :func:`scores_table` or
-    :func:`removal_table`, of a :class:`Comparison` table) for every model of ``comparisons``
-    side by side, as the paper sets its models: columns ``(model, column)``."""
-    return pd.concat(
-        {name: table(found.table) for name, found in comparisons.items()},
-        axis=1,
-        names=["model", None],
-    )
-
-
-def removal_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 from a :class:`Comparison` ``table``: the feature-removal methods' ``features``
-    (int) and ``seconds`` (to 0.1 s)."""
-    return table.loc[REMOVALS, ["features", "seconds"]].astype({"features": int}).round(1)
-
-
-def ablation_table(table: pd.DataFrame) -> pd.DataFrame:
-    """CircuitLasso without and with its removal step, from a :class:`Comparison` ``table``:
-    ``worst_group``, ``gender`` and ``profession`` (to 0.1) and the ``features`` removed (int)."""
-    columns = ["worst_group", "gender", "profession", "features"]
-    return table.loc[ABLATION, columns].astype({"features": int}).round(1)
-
-
-def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
-    """Per method but ORIGINAL and ORACLE, from a :class:`Comparison` ``table``: the share of the
-    worst-group gap between ORIGINAL and ORACLE it closes, ``(w - w_ORIGINAL) / (w_ORACLE -
-    w_ORIGINAL)`` (to 3 decimals; 1: as good as ORACLE, below 0: worse than ORIGINAL), and
-    ``|gender - 50|`` (to 0.1)."""
-    worst = table["worst_group"]
-    closed = (worst - worst["ORIGINAL"]) / (worst["ORACLE"] - worst["ORIGINAL"])
-    return pd.DataFrame(
-        {
-            "worst-group gap closed": closed.round(3),
-            "|gender - 50|": (table["gender"] - 50).abs().round(1),
-        }
-    ).drop(index=["ORIGINAL", "ORACLE"])
-
-
-def write_results(table: pd.DataFrame, path: str | Path) -> None:
-    """Write a :class:`Comparison` ``table`` (or several, stacked under an index level
-    ``model``) to the CSV ``path``, to 3 decimals; the file appears complete or not at all."""
-    with atomic_path(path) as tmp:
-        table.round(3).to_csv(tmp)
-
-
-def rule_vs_toy_truth(
-    model: HookedTransformer,
-    saes: Mapping[int, SAE],
-    comparison: Comparison,
-    splits: Mapping[str, pd.DataFrame],
-    *,
-    batch_size: int = 64,
-) -> pd.DataFrame:
-    """:func:`~circuitlasso.evaluation.debias.gender.rule_vs_truth` for the comparison's
-    candidates, the ground truth read on the balanced training split of ``splits`` (gender and
-    profession independent) with the features of ``saes`` collected here."""
-    balanced = splits["balanced_train"]
-    layers = sorted({int(s) for found in comparison.candidates.values() for s in found["layer"]})
-    Z: Mapping[int, sp.csr_matrix] = {}
-    if layers:
-        texts = balanced["text"].tolist()
-        chosen = {s: saes[s] for s in layers}
-        Z = collect_sae_features(model, chosen, texts, batch_size=batch_size, progress=False)
-    male = (balanced["gender"] == "male").to_numpy()
-    return rule_vs_truth(comparison.candidates, Z, male)
-
-
-def summary(comparison: Comparison, truth: pd.DataFrame | None = None) -> dict[str, Any]:
-    """The section's summary: each method's ``scores`` (Table 2, to 0.01), the number of
-    ``candidates`` and ``removed`` features of SHIFT and CircuitLasso, each method's ``seconds``
-    (to 0.1 s) and, given the rule's ``truth`` table (:func:`rule_vs_toy_truth`), its precision
-    and recall against each ground truth."""
-    table = comparison.table
-    found: dict[str, Any] = {
-        "scores": table[SCORES].round(2).to_dict(orient="index"),
-        "candidates": {method: len(rows) for method, rows in comparison.candidates.items()},
-        "removed": {method: len(nodes) for method, nodes in comparison.removed.items()},
-        "seconds": table["seconds"].dropna().round(1).to_dict(),
-    }
-    if truth is not None:
-        found["rule_vs_toy_truth"] = {
-            f"{row['method']} {row['ground truth']}": {k: row[k] for k in ("precision", "recall")}
-            for row in truth.to_dict(orient="records")
-        }
-    return found

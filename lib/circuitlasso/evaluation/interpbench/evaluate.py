@@ -31,7 +31,7 @@ from circuitlasso.circuits.circuit import (
     gap_threshold,
     node_shd,
 )
-from circuitlasso.circuits.components import circuit_lasso
+from circuitlasso.circuits.components import component_circuit
 from circuitlasso.data.graph import Edge, candidate_edges, graph_nodes
 from circuitlasso.data.interpbench.compile import CompiledTask, compile_case, compile_task
 from circuitlasso.data.interpbench.convert import Variant, to_hooked_transformer
@@ -80,7 +80,7 @@ def run_method(
             result.attribute_seconds,
         )
     if method in METHODS:
-        lasso = circuit_lasso(
+        lasso = component_circuit(
             model,
             torch.cat([prompts.clean, prompts.corrupted]),
             prompts.lasso_mask(),
