@@ -29,9 +29,10 @@ browser:
 # machines), else they are downloaded on first use; a CIRCUITLASSO_MIRROR already set wins.
 MIRROR := $(or $(CIRCUITLASSO_MIRROR),$(wildcard $(abspath ../shared/data)))
 
+# the book's profiles (toy, and the real model where it answers), rendered; it ends with a table of
+# each stage's seconds and whether it computed what it needed or found it in the cache
 book: install
-	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce  # the book's profiles: toy, and the real model where it answers
-	$(BIN)/jupyter-book build .
+	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce --render
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
 lint: install

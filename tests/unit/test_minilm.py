@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from sklearn.metrics import r2_score
 
-from circuitlasso.cache import sha256_of
+from circuitlasso.cache import MIRROR_ENV, sha256_of
+from circuitlasso.data.artifacts import manifest_mismatches
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import (
     LAYER_HOOK,
@@ -20,7 +22,13 @@ from circuitlasso.data.minilm import (
 )
 from circuitlasso.data.minilm_saes import (
     MiniLMSAEConfig,
+    load_minilm_saes,
+    sae_dir,
     sae_quality,
+    saes_dir,
+    saes_report,
+    ship_minilm_saes,
+    shipped_saes_dir,
     token_activations,
     train_layer_sae,
 )
@@ -127,3 +135,31 @@ def test_sae_training_is_seeded_and_scored_as_r2(model) -> None:
     r2 = r2_score(acts.numpy(), recon.numpy(), multioutput="variance_weighted")
     assert quality["explained_variance"] == pytest.approx(r2, abs=1e-4)
     assert quality["explained_variance"] > 0.5 and quality["l0"] == pytest.approx(16)
+
+
+def test_the_shipped_saes_are_read_by_default_and_ship_again_to_the_same_weights(
+    tmp_path, monkeypatch
+) -> None:
+    root = saes_dir()
+    assert root == shipped_saes_dir() and manifest_mismatches(root) == []
+    report = saes_report(root)
+    assert report["weights"] == "float16"
+    assert report["sae_explained_variance_min"] >= 0.8 and report["sae_dead_fraction_max"] <= 0.1
+    saes = load_minilm_saes([0, 5])
+    assert {sae.W_enc.dtype for sae in saes.values()} == {torch.float32}
+    stored = load_file(sae_dir(root, 5) / "sae_weights.safetensors")
+    assert {t.dtype for t in stored.values()} == {torch.float16}
+    assert torch.equal(saes[5].W_dec, stored["W_dec"].float())
+    # shipping the shipped build again: the same float16 weights, the same quality
+    monkeypatch.setenv(MIRROR_ENV, str(SHARED_DATA))
+    again = ship_minilm_saes(root, tmp_path / "shipped")
+    assert manifest_mismatches(again) == []
+    for layer in range(N_LAYERS):
+        name = "sae_weights.safetensors"
+        assert (sae_dir(again, layer) / name).read_bytes() == (
+            sae_dir(root, layer) / name
+        ).read_bytes()
+    for layer, quality in saes_report(again)["layers"].items():
+        assert quality["explained_variance"] == pytest.approx(
+            report["layers"][layer]["explained_variance"], abs=1e-4
+        )

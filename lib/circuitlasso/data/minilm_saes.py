@@ -13,6 +13,9 @@ A build is seeded and written to a folder (default: under the cache,
 and dead features per layer, on CoLA's in-domain dev sentences) and a ``manifest.json`` (sha256
 of every file, seed, versions, command), atomically: a folder either holds a complete build or
 none. Another CPU rounds differently, so a rebuild elsewhere gives close, not identical, weights.
+The build of the default configuration ships with the package, its weights rounded to float16
+(:func:`ship_minilm_saes`, 14 MB), so that a run reads it instead of training for minutes; it is
+read as float32.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +68,32 @@ class MiniLMSAEConfig:
     seed: int = 0
 
 
+SHIPPED_DIR = "minilm_saes_built"
+"""The package data folder (under ``circuitlasso/data``) of the shipped build."""
+SHIPPED_DTYPE = torch.float16
+
+
 def default_saes_dir(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> Path:
     """Where a build with ``cfg`` lives by default: under the cache, keyed by ``cfg``."""
     return cache_root() / "minilm-saes" / cache_key(**asdict(cfg))[:16]
+
+
+def shipped_saes_dir() -> Path:
+    """The build of the default configuration shipped with the package (float16 weights, see
+    :func:`ship_minilm_saes`); it may be absent from a source checkout that never shipped it."""
+    root = resources.files("circuitlasso.data") / SHIPPED_DIR
+    if not isinstance(root, Path):  # a zipped install
+        raise FileNotFoundError(f"the shipped SAEs at {root} are not a folder on disk")
+    return root
+
+
+def saes_dir(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> Path:
+    """Where the SAEs of ``cfg`` are read from: the shipped build for the default configuration
+    (when the package holds it), else :func:`default_saes_dir`."""
+    shipped = shipped_saes_dir()
+    if cfg == MiniLMSAEConfig() and (shipped / MANIFEST_FILE).is_file():
+        return shipped
+    return default_saes_dir(cfg)
 
 
 def sae_dir(root: Path, layer: int) -> Path:
@@ -167,15 +194,38 @@ def build_minilm_saes(
     return root
 
 
+def ship_minilm_saes(build: str | Path, out_dir: str | Path | None = None) -> Path:
+    """Write the build at ``build`` as the package's shipped build (default
+    :func:`shipped_saes_dir`; a few MB): each SAE's weights rounded to float16, its quality
+    measured again with those weights on CoLA's in-domain dev sentences (``report.json``), and
+    a manifest. Returns the folder."""
+    build = Path(build)
+    root = Path(out_dir) if out_dir is not None else shipped_saes_dir()
+    built = json.loads((build / REPORT_FILE).read_text())
+    dev = token_activations(load_minilm(), list(load_cola("dev").sentence))
+    with staged_folder(root) as stage:
+        quality = {}
+        for layer in range(N_LAYERS):
+            sae = SAE.load_from_disk(sae_dir(build, layer), device="cpu")
+            sae.to(SHIPPED_DTYPE).save_model(sae_dir(stage, layer))
+            shipped = SAE.load_from_disk(sae_dir(stage, layer), device="cpu", dtype="float32")
+            quality[layer] = sae_quality(shipped, dev[layer])
+        write_json(stage / REPORT_FILE, {**built, "weights": "float16", "layers": quality})
+        info = json.loads((build / MANIFEST_FILE).read_text())
+        write_manifest(stage, {k: info[k] for k in ("seed", "command", "config")})
+    return root
+
+
 def load_minilm_saes(
     layers: list[int] | None = None,
     *,
     path: str | Path | None = None,
     cfg: MiniLMSAEConfig = MiniLMSAEConfig(),
 ) -> dict[int, SAE]:
-    """The SAEs by layer (default: all six), from ``path`` or the default folder for ``cfg``,
-    built there first (:func:`build_minilm_saes`) when no complete build is found."""
-    root = Path(path) if path is not None else default_saes_dir(cfg)
+    """The SAEs by layer (default: all six), in float32, from ``path`` or :func:`saes_dir`
+    (the shipped build for the default ``cfg``), built there first (:func:`build_minilm_saes`)
+    when no complete build is found."""
+    root = Path(path) if path is not None else saes_dir(cfg)
     chosen = list(range(N_LAYERS)) if layers is None else list(layers)
     bad = [layer for layer in chosen if not 0 <= layer < N_LAYERS]
     if bad:
@@ -183,7 +233,8 @@ def load_minilm_saes(
     if not (root / MANIFEST_FILE).is_file():
         build_minilm_saes(root, cfg)
     return {
-        layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu").eval() for layer in chosen
+        layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu", dtype="float32").eval()
+        for layer in chosen
     }
 
 

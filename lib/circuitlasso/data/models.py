@@ -260,8 +260,8 @@ def load_saes(
     ``blocks.<layer>.hook_<hook>``.
 
     Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
-    SAEs and ``"all-minilm-l6-v2"`` the SAEs trained here (built on first use). If ``model`` is
-    given, each SAE is checked to fit it (:func:`check_sae_fits`).
+    SAEs and ``"all-minilm-l6-v2"`` the SAEs trained here (shipped with the package). If
+    ``model`` is given, each SAE is checked to fit it (:func:`check_sae_fits`).
     """
     requests = {item: _sae_request(item, hook) for item in layers}
     if name in (ENCODER_NAME, "toy"):

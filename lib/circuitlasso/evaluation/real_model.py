@@ -19,7 +19,7 @@ from sklearn.model_selection import GridSearchCV
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import N_LAYERS, load_minilm, max_abs_diff_vs_hf
-from circuitlasso.data.minilm_saes import default_saes_dir, load_minilm_saes, saes_report
+from circuitlasso.data.minilm_saes import load_minilm_saes, saes_dir, saes_report
 from circuitlasso.estimator import CircuitLasso
 
 HEADLINE = (
@@ -46,7 +46,7 @@ def real_model_report(
     layer = N_LAYERS - 1
     saes = load_minilm_saes([layer])
     train, dev = load_cola("train"), load_cola("dev")
-    report = saes_report(default_saes_dir())
+    report = saes_report(saes_dir())
     Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)[layer]
     Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)[layer]
     y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()

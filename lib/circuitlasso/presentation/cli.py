@@ -5,11 +5,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from circuitlasso.presentation import reproduce as rp
+from circuitlasso.timing import Stopwatch
+
+
+@contextmanager
+def _stage(stages: list[rp.StageTime], name: str, profile: str) -> Iterator[None]:
+    """Time a block as one stage of the build, with the cache files it wrote."""
+    before, clock = rp.cache_files(), Stopwatch()
+    yield
+    seconds = clock.lap(name)
+    stages.append(rp.StageTime(name, profile, seconds, len(rp.cache_files() - before)))
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -27,15 +39,22 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise rp.ReproduceError("--update-baseline needs --profile toy and no -p overrides")
     if args.check and overrides:
         raise rp.ReproduceError("--check compares with the profile's reference: no -p overrides")
+    stages: list[rp.StageTime] = []
     for section, parameters in plans.items():
         print(f"[{section}] profile={chosen[section]} parameters={json.dumps(parameters)}",
               flush=True)  # fmt: skip
-        out = rp.run_section(project, section, parameters, progress=not args.no_progress)
+        with _stage(stages, section, chosen[section]):
+            out = rp.run_section(project, section, parameters, progress=not args.no_progress)
         print(f"[{section}] wrote {out}", flush=True)
         if args.update_baseline:
             rp.update_baseline(project, section)
             print(f"[{section}] updated template outputs {project.template(section)}", flush=True)
     print(f"wrote {rp.write_build_info(project)}")
+    if args.render:
+        with _stage(stages, "render (jupyter-book build)", ""):
+            jupyter_book = Path(sys.executable).parent / "jupyter-book"
+            subprocess.run([str(jupyter_book), "build", str(project.root)], check=True)
+    print(rp.stage_table(stages), flush=True)
     if not args.check:
         return 0
     problems: dict[str, list[str]] = {}
@@ -74,13 +93,20 @@ def _toy_report(args: argparse.Namespace) -> int:
 
 
 def _real_build(args: argparse.Namespace) -> int:
-    from circuitlasso.data.minilm_saes import MANIFEST_FILE, build_minilm_saes, default_saes_dir
+    from circuitlasso.data.minilm_saes import (
+        MANIFEST_FILE,
+        build_minilm_saes,
+        default_saes_dir,
+        ship_minilm_saes,
+    )
 
     root = args.out or default_saes_dir()
     if (root / MANIFEST_FILE).is_file() and not args.force:
         print(f"SAEs already built at {root} (--force rebuilds them)")
-        return 0
-    print(f"SAEs written to {build_minilm_saes(root)}")
+    else:
+        print(f"SAEs written to {build_minilm_saes(root)}")
+    if args.ship:
+        print(f"float16 copies shipped with the package at {ship_minilm_saes(root)}")
     return 0
 
 
@@ -158,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="repository root (default: found from the working directory)",
     )
     rep.add_argument(
+        "--render",
+        action="store_true",
+        help="then render the book with jupyter-book (as `make book` does), timed as a stage",
+    )
+    rep.add_argument(
         "--update-baseline",
         action="store_true",
         help="after running on the toy profile, copy the outputs into the templates "
@@ -228,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     real_build.add_argument(
         "--force", action="store_true", help="rebuild even if a complete build is there"
+    )
+    real_build.add_argument(
+        "--ship",
+        action="store_true",
+        help="then write the build's float16 copy into the package (the SAEs every run reads)",
     )
     real_build.set_defaults(func=_real_build)
     real_report = real_commands.add_parser(

@@ -23,7 +23,7 @@ from typing import Any
 import nbformat
 import yaml
 
-from circuitlasso.cache import atomic_path
+from circuitlasso.cache import atomic_path, cache_root
 
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
@@ -253,6 +253,39 @@ def run_section(
         with atomic_path(out) as tmp:
             nbformat.write(executed, tmp)
     return out
+
+
+def cache_files() -> set[Path]:
+    """Every file under the cache root (:func:`circuitlasso.cache.cache_root`)."""
+    root = cache_root()
+    return {p for p in root.rglob("*") if p.is_file()} if root.is_dir() else set()
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One stage of a build: ``seconds`` of wall time and the ``new_cache_files`` it wrote
+    (0: everything it needed was in the cache)."""
+
+    stage: str
+    profile: str
+    seconds: float
+    new_cache_files: int
+
+    @property
+    def cache(self) -> str:
+        return "cached" if self.new_cache_files == 0 else f"computed ({self.new_cache_files} new)"
+
+
+def stage_table(stages: Iterable[StageTime]) -> str:
+    """The stages as a text table (stage, profile, seconds, cached or computed) with a total."""
+    rows = [(t.stage, t.profile, f"{t.seconds:.1f}", t.cache) for t in stages]
+    total = sum(float(seconds) for _, _, seconds, _ in rows)
+    rows.append(("total", "", f"{total:.1f}", ""))
+    header = ("stage", "profile", "seconds", "cache")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    head = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    return "\n".join([head, "  ".join("-" * w for w in widths), *lines])
 
 
 def collapse_long_cells(nb: nbformat.NotebookNode, lines: int = LONG_CELL) -> int:
