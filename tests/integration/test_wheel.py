@@ -19,6 +19,7 @@ from circuitlasso.circuits.circuit import Circuit
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "circuitlasso/data/toyworld/built"
+SAES = "circuitlasso/data/minilm_saes_built"  # the real model's SAEs
 ASSETS = "circuitlasso/presentation/assets"
 
 # run in the fresh environment: where the package and its toy world are, and whether the
@@ -55,8 +56,9 @@ def test_the_wheel_carries_the_toy_world_and_runs_the_quickstart(
          tmp_path, env)  # fmt: skip
     (wheel,) = tmp_path.glob("circuitlasso-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    manifest = json.loads((ROOT / "lib" / TOY / "manifest.json").read_text())
-    assert {f"{TOY}/{name}" for name in [*manifest["files"], "manifest.json"]} <= names
+    for built in (TOY, SAES):
+        manifest = json.loads((ROOT / "lib" / built / "manifest.json").read_text())
+        assert {f"{built}/{name}" for name in [*manifest["files"], "manifest.json"]} <= names
     assert {f"{ASSETS}/explorer.js", f"{ASSETS}/static/circuitlasso-book.css"} <= names
 
     venv = tmp_path / "venv"
