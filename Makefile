@@ -30,7 +30,7 @@ browser:
 MIRROR := $(or $(CIRCUITLASSO_MIRROR),$(wildcard $(abspath ../shared/data)))
 
 # the book's profiles (toy, and the real model where it answers), rendered; it ends with a table of
-# each stage's seconds and whether it computed what it needed or found it in the cache
+# each stage's seconds and the files it wrote to the cache
 book: install
 	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce --render
 	@echo "book: $(CURDIR)/_build/html/index.html"

@@ -274,7 +274,7 @@ def test_a_notebook_without_a_summary_is_named(project: rp.Project) -> None:
 def test_the_build_ends_with_a_table_of_its_stages(
     project: rp.Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    """Each section's seconds, and whether it wrote to the cache (computed) or not (cached)."""
+    """Each section's seconds and the files it wrote to the cache."""
     monkeypatch.setenv("CIRCUITLASSO_CACHE", str(tmp_path / "cache"))
     project.params.joinpath("toy.yaml").write_text("alpha:\n  lam: 0.1\nbeta:\n  width: 4\n")
     nb = nbformat.read(project.template("alpha"), as_version=4)
@@ -285,9 +285,9 @@ def test_the_build_ends_with_a_table_of_its_stages(
         main(["reproduce", "--root", str(project.root), "--profile", "toy", "--no-progress"]) == 0
     )
     table = capsys.readouterr().out.split("wrote ")[-1].splitlines()[1:]
-    assert table[0].split() == ["stage", "profile", "seconds", "cache"]
+    assert table[0].split() == ["stage", "profile", "seconds", "cache", "writes"]
     rows = {line.split()[0]: line.split()[1:] for line in table[2:]}
-    assert rows["beta"][0] == "toy" and rows["beta"][2] == "cached"
-    assert rows["alpha"][0] == "toy" and rows["alpha"][2:] == ["computed", "(1", "new)"]
+    assert rows["beta"][0] == "toy" and rows["beta"][2:] == ["nothing", "new"]
+    assert rows["alpha"][0] == "toy" and rows["alpha"][2:] == ["1", "new", "files"]
     seconds = float(rows["alpha"][1]) + float(rows["beta"][1])
     assert float(rows["total"][0]) == pytest.approx(seconds, abs=0.11)

@@ -263,8 +263,7 @@ def cache_files() -> set[Path]:
 
 @dataclass(frozen=True)
 class StageTime:
-    """One stage of a build: ``seconds`` of wall time and the ``new_cache_files`` it wrote
-    (0: everything it needed was in the cache)."""
+    """One stage of a build: ``seconds`` of wall time and the ``new_cache_files`` it wrote."""
 
     stage: str
     profile: str
@@ -273,15 +272,17 @@ class StageTime:
 
     @property
     def cache(self) -> str:
-        return "cached" if self.new_cache_files == 0 else f"computed ({self.new_cache_files} new)"
+        """What the stage left in the cache: a stage that wrote nothing either found what it
+        needed there or does not cache its work (timings, a first run's temporary cache)."""
+        return "nothing new" if self.new_cache_files == 0 else f"{self.new_cache_files} new files"
 
 
 def stage_table(stages: Iterable[StageTime]) -> str:
-    """The stages as a text table (stage, profile, seconds, cached or computed) with a total."""
+    """The stages as a text table (stage, profile, seconds, new cache files) with a total."""
     rows = [(t.stage, t.profile, f"{t.seconds:.1f}", t.cache) for t in stages]
     total = sum(float(seconds) for _, _, seconds, _ in rows)
     rows.append(("total", "", f"{total:.1f}", ""))
-    header = ("stage", "profile", "seconds", "cache")
+    header = ("stage", "profile", "seconds", "cache writes")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     head = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
