@@ -11,7 +11,7 @@ one random TopK SAE (width 24576, k=32) per layer on ``blocks.{l}.hook_resid_pos
   collect   ``collect_sae_features`` for every layer: Z = {layer: (M, width)} token-averaged
             features, into a fresh temporary cache (a cold collection)
   label     ``fit_label`` on the last layer against the CoLA labels, at ``--label-lam-ratio``
-            (``CircuitLasso``'s default; the section picks it by ``lam_ablation``, not run here)
+            (``CircuitLasso``'s default; the section picks it by ``GridSearchCV``, not run here)
   pair l    ``LayerRegressions.fit_pair(l)``: ``fit_layer_pair(Z[l-1], Z[l])`` over every child
             column (as ``CircuitLasso`` with ``layer_pairs="all"``), within ``--memory-gib``
   trace     ``trace_circuit`` through the fitted pairs (``LayerRegressions``, as ``CircuitLasso``

@@ -254,7 +254,7 @@ def run_summary(
     concepts: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The JSON summary of a feature-circuit run: the label regression's ``lam`` and nonzero
-    coefficients, per ``lam`` of the ablation (:func:`~circuitlasso.circuits.features.lam_ablation`)
+    coefficients, per ``lam`` of the ablation (:func:`~circuitlasso.estimator.penalty_table`)
     its train loss, nonzero count and validation and test accuracy, the circuit's node and edge
     counts with its edges by type, and, when given, which planted violations it reaches and, per
     concept of ``concepts`` (:func:`~circuitlasso.evaluation.findings.concept_table`), its roots
