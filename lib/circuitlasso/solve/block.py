@@ -5,6 +5,12 @@ column t of child block j is regressed on the columns of the blocks in `parents[
 forbidden coefficients are never variables: they are exactly 0.0 and no N x N mask exists while
 solving (the decomposition of the App. A proof). Shared work: column statistics, the scaled
 Gram (dense, or sparse for sparse X) and the scaled X are computed once for all child blocks.
+
+The algorithm follows the shape of each child's problem: with dense X and few observations
+(M <= PATH_MAX_OBS and fewer than the predictors) its outputs first follow their Lasso paths
+(`circuitlasso.solve.homotopy`), a few dozen exact steps; the working-set engine then certifies
+that point and continues from it wherever the certificate is not met. Otherwise the engine
+starts from zero.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from torch import Tensor
 from circuitlasso.solve._inputs import Matrix, as_matrix, per_output
 from circuitlasso.solve._sparse import csr_rows, csr_transpose
 from circuitlasso.solve.fista import StopRule
+from circuitlasso.solve.homotopy import lasso_path_to
 from circuitlasso.solve.lasso import LassoResult, _check_options, to_result
 from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, budget_bytes, gram_share
 from circuitlasso.solve.prepare import GRAM_MAX_ENTRIES, Prepared, check_lam, column_stats
@@ -29,6 +36,11 @@ from circuitlasso.solve.problems import (
     scaled_sparse,
 )
 from circuitlasso.solve.workset import solve_working_sets
+
+PATH_MAX_OBS = 64
+"""Children with at most this many observations (and fewer than their predictors) start from
+their Lasso paths: a path takes about M steps, each as costly as a few first-order iterations,
+so beyond this (measured on GPT-2-family components) the working sets alone are faster."""
 
 
 def upper_triangular_parents(
@@ -166,6 +178,18 @@ class _SharedDesign:
         y_t = (self.xc[:, targets] * self.norms[targets]).t().contiguous()
         return DenseProblem(self.xc[:, predictors], y_t, self.x.dtype)
 
+    def path_start(
+        self, problem: LassoProblem, predictors: Tensor, targets: Tensor, lam: Tensor, omega: Tensor
+    ) -> tuple[Tensor, Tensor] | None:
+        """Where the outputs `targets` reach their `lam` on their Lasso paths, as a warm start
+        (W, b) for `problem`, when the problem's shape calls for it (see the module), else None."""
+        if self.sparse or not self.M < predictors.numel() or self.M > PATH_MAX_OBS:
+            return None
+        gram = problem.G if isinstance(problem, GramProblem) else None
+        y = self.xc[:, targets] * self.norms[targets]
+        path = lasso_path_to(self.xc[:, predictors], y, lam, omega, gram=gram)
+        return path.W, path.b.to(problem.dtype)
+
 
 def block_lasso(
     X: Matrix,
@@ -226,14 +250,16 @@ def block_lasso(
             was_1d=False,
         )
         lam_j = check_lam(lam_all[targets], prepared)
+        omega = prepared.omega(normalize)
         solution = solve_working_sets(
             prepared.problem,
             lam_j,
-            prepared.omega(normalize),
+            omega,
             tol=tol,
             stop=stop,
             max_iter=max_iter,
             memory=memory,
+            init=shared.path_start(prepared.problem, columns[keep], targets, lam_j, omega),
             progress=progress,
         )
         result: LassoResult = to_result(prepared, solution, lam_j, max_iter)
