@@ -8,12 +8,15 @@ collection plus solve. Every ratio is against CircuitLasso in the same run. The 
 is Proposition 2's with L = the model's component nodes and eps = the linear fit's tolerance.
 
 The default grid varies one size at a time around `--base` (2 layers, d_model 128, 64 tokens):
-layers 2, 4, 8, 12; d_model 128, 256, 512, 768; n_token 16, 64, 256 (the largest models take
-many minutes each on a CPU). Prints the table, the fit of measured on predicted ratio
-(`crossover_fit`) and one JSON line.
+layers 2, 4, 8, 12; d_model 128, 256, 512, 768; n_token 16, 64, 256; each at 8, 64 and 512
+prompt pairs (the largest take many minutes each on a CPU). CircuitLasso's solve is printed
+next to its floor: Proposition 1's count over the measured throughput of a dense float64
+product at the solve's shape, with the threads of the run. Prints the table, the fit of
+measured on predicted ratio (`crossover_fit`), where Proposition 2 predicts a ratio of 2 or
+more and CircuitLasso was not measured faster, and one JSON line.
 
-    python benchmarks/crossover.py --quick          # 4 small configs, about a minute
-    python benchmarks/crossover.py --layers 2,4,8 --d-model 128,256 --n-tokens 16,64,256
+    python benchmarks/crossover.py --quick          # 4 small configs at 8 pairs, about a minute
+    python benchmarks/crossover.py --layers 2,4 --d-model 128,256 --n-tokens 64 --n-prompts 8,64
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layers", type=ints, default=[2, 4, 8, 12])
     parser.add_argument("--d-model", type=ints, default=[128, 256, 512, 768])
     parser.add_argument("--n-tokens", type=ints, default=[16, 64, 256])
-    parser.add_argument("--n-prompts", type=int, default=8, help="M clean (and M corrupted)")
+    parser.add_argument(
+        "--n-prompts", type=ints, default=[8, 64, 512], help="prompt pairs (clean and corrupted)"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per method (best)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
@@ -55,20 +60,36 @@ def main(argv: list[str] | None = None) -> dict:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     grids = (args.layers, args.d_model, args.n_tokens)
     configs = QUICK if args.quick else vary_one_at_a_time(args.base, grids)
+    pairs = [8] if args.quick else args.n_prompts
     start = time.perf_counter()
-    table = crossover_grid(configs, n_prompts=args.n_prompts, repeats=args.repeats, seed=args.seed)
+    table = crossover_grid(
+        configs, n_prompts=pairs, repeats=args.repeats, seed=args.seed, progress=True
+    )
     fits = crossover_fit(table)
-    with pd.option_context("display.width", 200, "display.max_rows", None):
+    expected = table[table["predicted_ratio"] >= 2]
+    not_faster = expected[expected["eap_ig_ratio"] <= 1]
+    many = table[table["n_prompts"] >= 64]
+    with pd.option_context("display.width", 250, "display.max_rows", None):
         print(
-            f"M={args.n_prompts} prompt pairs, best of {args.repeats}, {args.threads} thread(s), "
-            f"seed {args.seed}; {len(configs)} configs in {time.perf_counter() - start:.0f} s"
+            f"prompt pairs {pairs}, best of {args.repeats}, {args.threads} thread(s), seed "
+            f"{args.seed}; {len(table)} runs in {time.perf_counter() - start:.0f} s"
         )
         print(table.round(4).to_string(index=False))
         print("\nlog(measured ratio) ~ log(predicted ratio)")
         print(fits.round(4).to_string())
+        print(
+            f"\npredicted ratio >= 2: {len(expected)} runs, CircuitLasso not measured faster "
+            f"than EAP-IG in {len(not_faster)}"
+        )
+        if len(not_faster):
+            print(not_faster[list(table.columns[:5]) + ["eap_ig_ratio"]].to_string(index=False))
     result = {
-        "configs": len(configs),
-        "n_prompts": args.n_prompts,
+        "runs": len(table),
+        "n_prompts": pairs,
+        "largest_solve_over_floor_at_64_pairs_or_more": (
+            float(many["solve_over_floor"].max()) if len(many) else None
+        ),
+        "predicted_at_least_2_not_faster": len(not_faster),
         **fits.to_dict("index"),
     }
     print(json.dumps(result))

@@ -96,6 +96,9 @@ def test_time_methods_row_on_a_tiny_model() -> None:
         "eap_s",
         "eap_ig_s",
         "circuitlasso_s",
+        "circuitlasso_solve_s",
+        "solve_floor_s",
+        "solve_over_floor",
         "eap_ig_ratio",
         "eap_ratio",
         "predicted_ratio",
@@ -107,6 +110,16 @@ def test_time_methods_row_on_a_tiny_model() -> None:
     predicted = cost.proposition2(cost.gpt2_family(1, 64), 4, 4, LINEAR_TOL)
     assert row["predicted_ratio"] == pytest.approx(predicted["cost_ratio"])
     assert row["regime"] == predicted["regime"]
+    assert 0 < row["circuitlasso_solve_s"] < row["circuitlasso_s"]
+    assert row["solve_over_floor"] == pytest.approx(
+        row["circuitlasso_solve_s"] / row["solve_floor_s"]
+    )
+
+
+def test_the_floor_is_proposition_1_over_a_measured_product() -> None:
+    assert cost.proposition1_count(128, 12, 256, 1e-4) == pytest.approx(128 * 66 * 256**2 * 100)
+    rate = cost.product_throughput(16, 64, 32, repeats=2)
+    assert 1e6 < rate < 1e13  # multiply-adds per second of a real product on this machine
 
 
 def test_crossover_fit_finds_where_a_known_line_crosses_one() -> None:
@@ -136,6 +149,20 @@ def test_time_methods_times_collection_plus_solve_after_a_warm_up(monkeypatch) -
     assert calls == [(m, n) for m in split for n in (2, 6, 6)]  # warm-up on 2 pairs, 2 repeats
     assert (row["eap_s"], row["eap_ig_s"], row["circuitlasso_s"]) == (3.0, 12.0, 4.0)
     assert (row["eap_ig_ratio"], row["eap_ratio"]) == (3.0, 0.75)
+    assert row["circuitlasso_solve_s"] == 1.0
+
+
+def test_crossover_grid_crosses_configs_with_prompt_pairs(monkeypatch) -> None:
+    calls = []
+
+    def fake_time(layers, d_model, n_tokens, *, n_prompts, repeats, seed):
+        calls.append((layers, d_model, n_tokens, n_prompts))
+        return {"n_prompts": n_prompts}
+
+    monkeypatch.setattr(cost, "time_methods", fake_time)
+    table = cost.crossover_grid([(1, 64, 4), (2, 64, 4)], n_prompts=[8, 64])
+    assert calls == [(1, 64, 4, 8), (2, 64, 4, 8), (1, 64, 4, 64), (2, 64, 4, 64)]
+    assert table["n_prompts"].tolist() == [8, 8, 64, 64]
 
 
 def test_vary_one_at_a_time_moves_one_size_from_the_base() -> None:

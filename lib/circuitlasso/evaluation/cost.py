@@ -14,7 +14,9 @@
 - `crossover_grid` measures that ratio: wall times of EAP, EAP-IG and CircuitLasso (collection
   plus solve, the InterpBench harness's calls) on GPT-2-family models with seeded random weights
   (`gpt2_family`, `build_model`), on the same random prompts, one row per (layers, d_model,
-  n_token) next to the ratio Proposition 2 predicts for that shape (`time_methods`);
+  n_token, prompt pairs) next to the ratio Proposition 2 predicts for that shape, and
+  CircuitLasso's solve next to its floor, Proposition 1's count divided by the measured
+  throughput of a dense product (`time_methods`);
   `crossover_fit` says where the measured ratio crosses 1 on the predicted ratio's scale.
 """
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso.circuits.components import LINEAR_TOL
@@ -328,6 +331,27 @@ def random_prompt_pairs(n_prompts: int, n_tokens: int, d_vocab: int, seed: int =
     return PromptPairs(clean, corrupted, torch.ones(n_tokens, dtype=torch.bool))
 
 
+def product_throughput(m: int, k: int, n: int, repeats: int = 5) -> float:
+    """Multiply-adds per second of a dense float64 ``(m, k) @ (k, n)`` product on this machine
+    with torch's current threads, best of ``repeats`` after one warm-up."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=generator, dtype=torch.float64)
+    b = torch.randn(k, n, generator=generator, dtype=torch.float64)
+    a @ b
+    clock = Stopwatch()
+    for repeat in range(repeats):
+        with clock.timed(str(repeat)):
+            a @ b
+    return m * k * n / max(min(clock.laps.values()), 1e-9)
+
+
+def proposition1_count(n_obs: int, n_locations: int, d: int, eps: float) -> float:
+    """Proposition 1's operation count of the solve, ``M L (L-1) d^2 / (2 sqrt(eps))``: the
+    multiply-adds of one product of the data with the coefficients per FISTA iteration, for
+    the ``1/sqrt(eps)`` iterations of its rate."""
+    return n_obs * n_locations * (n_locations - 1) * d**2 / (2 * math.sqrt(eps))
+
+
 def time_methods(
     n_layers: int,
     d_model: int,
@@ -344,7 +368,10 @@ def time_methods(
     random prompt pairs of `n_tokens` tokens, once on two of the pairs as a warm-up, then
     `repeats` times (best time kept); a time is collection plus solve (EAP: the forward passes
     plus the gradient passes). predicted_ratio is `proposition2`'s cost_ratio with L = the
-    model's component nodes and eps = the linear fit's tolerance (`LINEAR_TOL`).
+    model's component nodes and eps = the linear fit's tolerance (`LINEAR_TOL`). CircuitLasso's
+    solve is also set against its floor: `proposition1_count` for its M = 2 n_prompts
+    observations divided by `product_throughput` at the shape of its products
+    ``(M, L d) @ (L d, d)``.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -352,13 +379,19 @@ def time_methods(
     model = build_model(shape, n_ctx=n_tokens, seed=seed)
     prompts = random_prompt_pairs(n_prompts, n_tokens, model.cfg.d_vocab, seed)
     warmup = PromptPairs(prompts.clean[:2], prompts.corrupted[:2], prompts.position_mask)
-    seconds = {}
+    seconds, solve = {}, {}
     for column, method in CROSSOVER_METHODS.items():
         run_method(method, model, warmup, seed)
         runs = [run_method(method, model, prompts, seed) for _ in range(repeats)]
-        seconds[column] = min(r.collect_seconds + r.solve_seconds for r in runs)
+        best = min(runs, key=lambda r: r.collect_seconds + r.solve_seconds)
+        seconds[column] = best.collect_seconds + best.solve_seconds
+        solve[column] = best.solve_seconds
     n_locations = len(graph_nodes(model))
+    n_obs = 2 * n_prompts
     predicted = proposition2(shape, n_locations, n_tokens, LINEAR_TOL)
+    floor = proposition1_count(n_obs, n_locations, d_model, LINEAR_TOL) / product_throughput(
+        n_obs, n_locations * d_model, d_model
+    )
     return {
         "layers": n_layers,
         "d_model": d_model,
@@ -368,6 +401,9 @@ def time_methods(
         "eap_s": seconds["eap"],
         "eap_ig_s": seconds["eap_ig"],
         "circuitlasso_s": seconds["circuitlasso"],
+        "circuitlasso_solve_s": solve["circuitlasso"],
+        "solve_floor_s": floor,
+        "solve_over_floor": solve["circuitlasso"] / floor,
         "eap_ig_ratio": seconds["eap_ig"] / seconds["circuitlasso"],
         "eap_ratio": seconds["eap"] / seconds["circuitlasso"],
         "predicted_ratio": predicted["cost_ratio"],
@@ -378,17 +414,21 @@ def time_methods(
 def crossover_grid(
     configs: Iterable[tuple[int, int, int]],
     *,
-    n_prompts: int = 8,
+    n_prompts: int | Sequence[int] = 8,
     repeats: int = 1,
     seed: int = 0,
+    progress: bool = False,
 ) -> pd.DataFrame:
-    """`time_methods` for every (layers, d_model, n_token) in `configs`, one row each."""
-    return pd.DataFrame(
-        [
-            time_methods(layers, d_model, n_tokens, n_prompts=n_prompts, repeats=repeats, seed=seed)
-            for layers, d_model, n_tokens in configs
-        ]
-    )
+    """`time_methods` for every (layers, d_model, n_token) in `configs` and every number of
+    prompt pairs in `n_prompts`, one row each."""
+    pairs = [n_prompts] if isinstance(n_prompts, int) else list(n_prompts)
+    runs = [(config, n) for n in pairs for config in configs]
+    rows = []
+    for (layers, d_model, n_tokens), n in tqdm(runs, desc="crossover", disable=not progress):
+        rows.append(
+            time_methods(layers, d_model, n_tokens, n_prompts=n, repeats=repeats, seed=seed)
+        )
+    return pd.DataFrame(rows)
 
 
 def crossover_fit(
