@@ -39,6 +39,7 @@ _EXPORTS = {
     "metric_with_ablation": "circuitlasso.evaluation.ablate",
     "node_ablation_sweep": "circuitlasso.evaluation.ablate",
     "CircuitLasso": "circuitlasso.estimator",
+    "penalty_table": "circuitlasso.estimator",
     "GridSearchCV": "sklearn.model_selection",
     "RayExecutor": "circuitlasso.executor",
 }
@@ -66,6 +67,7 @@ __all__ = [
     "make_target",
     "metric_with_ablation",
     "node_ablation_sweep",
+    "penalty_table",
     "trace_circuit",
 ]
 
@@ -78,7 +80,7 @@ if TYPE_CHECKING:
     from circuitlasso.data import load_dataset
     from circuitlasso.data.models import load_model, load_saes
     from circuitlasso.data.targets import make_target
-    from circuitlasso.estimator import CircuitLasso
+    from circuitlasso.estimator import CircuitLasso, penalty_table
     from circuitlasso.evaluation.ablate import (
         feature_means,
         metric_with_ablation,

@@ -37,11 +37,15 @@ def check_prompts(prompts: Sequence[str]) -> list[str]:
 
 
 def special_token_ids(model: Model) -> list[int]:
-    """The tokenizer's BOS, EOS, PAD, CLS and SEP ids: the positions left out of the token
-    average."""
-    tokenizer = model.tokenizer
-    if tokenizer is None:
+    """The model's tokenizer's BOS, EOS, PAD, CLS and SEP ids (:func:`special_ids`)."""
+    if model.tokenizer is None:
         raise ValueError("the model has no tokenizer attached (model.set_tokenizer(...))")
+    return special_ids(model.tokenizer)
+
+
+def special_ids(tokenizer: Any) -> list[int]:
+    """A tokenizer's BOS, EOS, PAD, CLS and SEP ids: the positions left out of the token
+    average."""
     names = ("bos", "eos", "pad", "cls", "sep")
     ids = {getattr(tokenizer, f"{name}_token_id", None) for name in names}
     return sorted(i for i in ids if i is not None)

@@ -220,6 +220,28 @@ def label_importance(fit: LabelFit, z: np.ndarray | None = None) -> np.ndarray:
     return score if z is None else score * np.abs(np.asarray(z).ravel())
 
 
+def prompt_importance(
+    label_fit: LabelFit, circuit: Circuit, Z: Mapping[int, Features], rows: Sequence[int]
+) -> list[dict[str, float]]:
+    """Per prompt row of ``Z`` (``{layer: (M, D)}``), each node's importance on that prompt
+    (zeros left out): ``|A_{L,y}| * |z_L|`` for a node of the readout layer, else the sum over
+    its edges of ``|coef| * |z|``."""
+    rows = list(rows)
+    nodes = list(circuit.nodes(data=True))
+    scores = np.zeros((len(rows), len(nodes)))
+    readout = label_importance(label_fit)
+    for j, (node, data) in enumerate(nodes):
+        z = np.abs(np.asarray(Z[data["layer"]][rows][:, [data["feature"]]].toarray()).ravel())
+        if data["layer"] == label_fit.layer:
+            scores[:, j] = readout[data["feature"]] * z
+        else:
+            weight = sum(abs(coef) for _, _, coef in circuit.out_edges(node, data="coef"))
+            scores[:, j] = weight * z
+    return [
+        {node: float(v) for (node, _), v in zip(nodes, row, strict=True) if v > 0} for row in scores
+    ]
+
+
 def select(scores: np.ndarray, k: int | None = None, mass: float | None = None) -> np.ndarray:
     """Indices of the positive ``scores`` kept by one rule, largest first: the ``k`` largest, or
     the fewest whose sum reaches ``mass`` (in (0, 1]) of the total."""

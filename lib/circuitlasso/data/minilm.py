@@ -67,16 +67,21 @@ def minilm_tokenizer(files: dict[str, Path] | None = None) -> BertTokenizer:
     return BertTokenizer(tokenizer_file=str(files["tokenizer.json"]), do_lower_case=True)
 
 
-def minilm_hf(files: dict[str, Path] | None = None) -> BertModel:
+def minilm_hf(
+    files: dict[str, Path] | None = None, weights: dict[str, torch.Tensor] | None = None
+) -> BertModel:
     """The HF ``BertModel`` with the sentence model's weights (eval mode): the reference the
-    converted model is checked against."""
+    converted model is checked against. ``weights``: ``BertModel`` parameters that replace
+    the sentence model's (a fine-tuned model's trained blocks)."""
     files = files or minilm_files()
     config = BertConfig.from_json_file(str(files["config.json"]))
     model = BertModel(config, add_pooling_layer=True)
-    state = load_file(files["model.safetensors"])
-    missing, unexpected = model.load_state_dict(
-        {k.removeprefix("bert."): v for k, v in state.items()}, strict=False
-    )
+    state = {k.removeprefix("bert."): v for k, v in load_file(files["model.safetensors"]).items()}
+    foreign = sorted(set(weights or {}) - set(state))
+    if foreign:
+        raise ValueError(f"weights name parameters the model does not have: {foreign[:5]}")
+    state.update({k: v.float() for k, v in (weights or {}).items()})
+    missing, unexpected = model.load_state_dict(state, strict=False)
     # position_ids is a buffer older transformers saved and newer ones rebuild
     unexpected = [k for k in unexpected if not k.endswith("position_ids")]
     if missing or unexpected:
@@ -85,11 +90,18 @@ def minilm_hf(files: dict[str, Path] | None = None) -> BertModel:
 
 
 def load_minilm(
-    *, device: str = "cpu", dtype: torch.dtype = torch.float32, mirror: str | Path | None = None
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    mirror: str | Path | None = None,
+    weights: dict[str, torch.Tensor] | None = None,
+    name: str = NAME,
 ) -> HookedEncoder:
-    """all-MiniLM-L6-v2 as a TransformerLens ``HookedEncoder`` (eval mode), tokenizer attached."""
+    """all-MiniLM-L6-v2 as a TransformerLens ``HookedEncoder`` (eval mode), tokenizer attached;
+    ``weights`` replace some of its ``BertModel`` parameters (see :func:`minilm_hf`), and
+    ``name`` is then the model's name."""
     files = minilm_files(mirror)
-    hf = minilm_hf(files)
+    hf = minilm_hf(files, weights)
     c = hf.config
     cfg = HookedTransformerConfig(
         n_layers=c.num_hidden_layers,
@@ -104,7 +116,7 @@ def load_minilm(
         attention_dir="bidirectional",
         eps=c.layer_norm_eps,
         original_architecture="BertForMaskedLM",
-        model_name=NAME,
+        model_name=name,
         device=device,
         dtype=dtype,
     )
@@ -127,12 +139,16 @@ def load_minilm(
 
 @torch.no_grad()
 def max_abs_diff_vs_hf(
-    model: HookedEncoder, sentences: list[str], *, batch_size: int = 32
+    model: HookedEncoder,
+    sentences: list[str],
+    *,
+    batch_size: int = 32,
+    weights: dict[str, torch.Tensor] | None = None,
 ) -> float:
     """Largest absolute difference, over every layer and every attended position of
-    ``sentences`` in right-padded batches, between ``LAYER_HOOK`` and the HF hidden state
-    (the HF model runs on the CPU)."""
-    hf = minilm_hf()
+    ``sentences`` in right-padded batches, between ``LAYER_HOOK`` and the hidden state of the
+    HF model carrying the same ``weights`` (:func:`minilm_hf`; it runs on the CPU)."""
+    hf = minilm_hf(weights=weights)
     hooks = [LAYER_HOOK.format(layer=layer) for layer in range(model.cfg.n_layers)]
     worst = 0.0
     for tokens, _ in prompt_batches(model, sentences, batch_size):

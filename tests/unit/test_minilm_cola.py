@@ -1,0 +1,91 @@
+"""The encoder fine-tuned on CoLA: its split, what it trains, its determinism, and its weights
+in the HookedEncoder against the HF model carrying the same weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from circuitlasso.data import minilm_cola as mc
+from circuitlasso.data.cola import load_cola
+from circuitlasso.data.minilm import load_minilm, max_abs_diff_vs_hf, minilm_hf, minilm_tokenizer
+
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def small_cola() -> dict[str, pd.DataFrame]:
+    """64 training and 24 dev sentences of CoLA, short ones, both labels."""
+    train = load_cola("train", mirror=SHARED_DATA)
+    short = train[train.sentence.str.len() < 40]
+    dev = load_cola("dev", mirror=SHARED_DATA)
+    return {"train": short.iloc[:64].reset_index(drop=True), "dev": dev.iloc[:24]}
+
+
+def test_the_validation_share_is_seeded_and_disjoint() -> None:
+    fit, valid = mc.validation_split(100, 0.1, seed=3)
+    assert len(valid) == 10 and set(fit).isdisjoint(valid) and len(fit) + len(valid) == 100
+    again, _ = mc.validation_split(100, 0.1, seed=3)
+    other, _ = mc.validation_split(100, 0.1, seed=4)
+    assert np.array_equal(fit, again) and not np.array_equal(fit, other)
+    with pytest.raises(ValueError, match="validation_share"):
+        mc.validation_split(100, 1.0, seed=0)
+
+
+def test_only_the_top_blocks_and_the_head_train() -> None:
+    classifier = mc.AcceptabilityClassifier(minilm_hf(), minilm_tokenizer())
+    names = mc._trainable(classifier, 2)
+    assert any(n.startswith("head.") for n in names)
+    blocks = {n.split(".")[3] for n in names if n.startswith("encoder.encoder.layer.")}
+    assert blocks == {"4", "5"}
+    frozen = [n for n, p in classifier.named_parameters() if not p.requires_grad]
+    assert any("embeddings" in n for n in frozen) and len(frozen) + len(names) == len(
+        list(classifier.parameters())
+    )
+    with pytest.raises(ValueError, match="trained_layers"):
+        mc._trainable(classifier, 7)
+
+
+def test_a_run_is_deterministic_and_seeded(monkeypatch, small_cola) -> None:
+    monkeypatch.setattr(mc, "load_cola", lambda split: small_cola[split])
+    cfg = mc.FinetuneConfig(learning_rate=1e-3, epochs=1, batch_size=16, trained_layers=1)
+    first, report = mc.finetune(cfg, progress=False)
+    second, _ = mc.finetune(cfg, progress=False)
+    assert set(first) == set(second) and all(torch.equal(first[k], second[k]) for k in first)
+    assert {k for k in first if not k.startswith("head.")} <= set(minilm_hf().state_dict())
+    before = minilm_hf().state_dict()
+    assert any(not torch.equal(first[k], before[k]) for k in first if k in before)
+    other, _ = mc.finetune(mc.FinetuneConfig(**{**cfg.__dict__, "seed": 1}), progress=False)
+    assert any(not torch.equal(first[k], other[k]) for k in first)
+    assert report["train_sentences"] + report["validation_sentences"] == 64
+    assert 0 <= report["dev_accuracy"] <= 1 and -1 <= report["dev_mcc"] <= 1
+
+
+def test_fine_tuned_weights_convert_like_the_sentence_models(monkeypatch, small_cola) -> None:
+    """The HookedEncoder carrying changed top-block weights against the HF model carrying the
+    same ones, every layer within 1e-4; and its decisions are the HF classifier's."""
+    generator = torch.Generator().manual_seed(0)
+    state = minilm_hf().state_dict()
+    weights = {
+        name: value + 0.05 * torch.randn(value.shape, generator=generator)
+        for name, value in state.items()
+        if name.startswith("encoder.layer.5.")
+    }
+    sentences = list(small_cola["dev"].sentence)
+    model = load_minilm(weights=weights, name=mc.NAME)
+    assert model.cfg.model_name == mc.NAME
+    assert max_abs_diff_vs_hf(model, sentences, weights=weights) < 1e-4
+    assert max_abs_diff_vs_hf(model, sentences) > 1e-2  # the sentence model's states differ
+    head = {"head.weight": torch.randn(2, 384, generator=generator), "head.bias": torch.zeros(2)}
+    monkeypatch.setattr(mc, "finetuned_weights", lambda cfg=None: {**weights, **head})
+    classifier = mc.AcceptabilityClassifier(minilm_hf(weights=weights), minilm_tokenizer())
+    classifier.head.load_state_dict({"weight": head["head.weight"], "bias": head["head.bias"]})
+    expected = mc.predict(classifier, minilm_tokenizer(), sentences)
+    assert np.array_equal(mc.decisions(model, sentences), expected)
+    assert len(set(expected)) == 2
+    with pytest.raises(ValueError, match="does not have"):
+        minilm_hf(weights={"encoder.layer.9.output.dense.weight": torch.zeros(1)})

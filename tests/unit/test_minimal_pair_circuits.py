@@ -1,0 +1,71 @@
+"""Minimal pairs through a traced circuit (`evaluation.minimal_pairs`), on the toy world: the
+change is the per-prompt circuit's, recomputed by hand from the features and the readout."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from circuitlasso.circuits.trace import label_importance
+from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.minimal_pairs import MinimalPair
+from circuitlasso.evaluation.minimal_pairs import pair_table, phenomenon_summary
+
+
+def toy_pairs(study, n: int = 4) -> list[MinimalPair]:
+    """Pairs of toy sentences one word apart: a training sentence and the same sentence with
+    its second word replaced by another sentence's second word."""
+    pairs = []
+    for i, sentence in enumerate(study.prompts[: 3 * n]):
+        words, other = sentence.split(), study.prompts[-1 - i].split()
+        if words[1].isalpha() and other[1].isalpha() and words[1] != other[1] and len(pairs) < n:
+            twin = " ".join([words[0], other[1], *words[2:]])
+            pairs.append(MinimalPair("subject_verb_agreement", sentence, twin))
+    assert len(pairs) == n
+    return pairs
+
+
+def test_the_change_is_the_per_prompt_circuits(toy_circuit) -> None:
+    study, lasso, circuit = toy_circuit.study, toy_circuit.lasso, toy_circuit.circuit
+    pairs = toy_pairs(study)
+    changed_word = pairs[0].changed[0]
+
+    def tokens(layer: int, feature: int) -> Counter[str]:
+        return Counter({changed_word: 3, "other": 1})
+
+    table = pair_table(lasso, circuit, study.model, study.saes, pairs, tokens)
+    assert list(table["good"]) == [p.good for p in pairs]
+    Z = collect_sae_features(study.model, study.saes, [pairs[0].good, pairs[0].bad],
+                             cache=False, progress=False)  # fmt: skip
+    assert list(table.loc[:0, ["decision_good", "decision_bad"]].iloc[0]) == list(lasso.predict(Z))
+    readout = label_importance(lasso.label_fit_)
+    by_hand = {}
+    for node, data in circuit.nodes(data=True):
+        z = np.abs(Z[data["layer"]][:, [data["feature"]]].toarray().ravel())
+        if data["layer"] == lasso.label_fit_.layer:
+            weight = readout[data["feature"]]
+        else:
+            weight = sum(abs(c) for _, _, c in circuit.out_edges(node, data="coef"))
+        by_hand[node] = weight * (z[0] - z[1])
+    top = max(by_hand, key=lambda node: abs(by_hand[node]))
+    assert table.loc[0, "top_feature"] == top
+    assert table.loc[0, "change"] == pytest.approx(by_hand[top])
+    assert bool(table.loc[0, "located"]) and table.loc[0, "top_tokens"] == f"{changed_word} other"
+
+
+def test_decisions_and_the_summary(toy_circuit) -> None:
+    study, lasso, circuit = toy_circuit.study, toy_circuit.lasso, toy_circuit.circuit
+    pairs = toy_pairs(study)
+
+    def always_right(sentences: list[str]) -> np.ndarray:
+        return np.tile([1, 0], len(sentences) // 2)
+
+    table = pair_table(lasso, circuit, study.model, study.saes, pairs,
+                       lambda layer, feature: Counter({"nothing": 1}), always_right)  # fmt: skip
+    assert table["both_right"].all() and not table["located"].any()
+    summary = phenomenon_summary(table)
+    assert summary.loc["all", "pairs"] == len(pairs)
+    assert summary.loc["subject_verb_agreement", "both_right"] == 1.0
+    assert summary.loc["all", "located"] == 0.0
