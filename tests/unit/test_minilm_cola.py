@@ -11,8 +11,16 @@ import pytest
 import torch
 
 from circuitlasso.data import minilm_cola as mc
+from circuitlasso.data.artifacts import manifest_mismatches
 from circuitlasso.data.cola import load_cola
-from circuitlasso.data.minilm import load_minilm, max_abs_diff_vs_hf, minilm_hf, minilm_tokenizer
+from circuitlasso.data.minilm import (
+    LAYER_HOOK,
+    load_minilm,
+    max_abs_diff_vs_hf,
+    minilm_hf,
+    minilm_tokenizer,
+)
+from circuitlasso.data.minilm_saes import load_minilm_saes
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -89,3 +97,42 @@ def test_fine_tuned_weights_convert_like_the_sentence_models(monkeypatch, small_
     assert len(set(expected)) == 2
     with pytest.raises(ValueError, match="does not have"):
         minilm_hf(weights={"encoder.layer.9.output.dense.weight": torch.zeros(1)})
+
+
+def test_the_shipped_build_is_read_by_default(small_cola) -> None:
+    """The package ships the default build: weights and the trained blocks' SAEs match their
+    manifests and are what runs read; below the trained blocks the sentence model's SAEs serve;
+    the fine-tuned HookedEncoder equals the HF model carrying the same weights."""
+    shipped = mc.shipped_finetune_dir()
+    assert mc.finetune_dir() == shipped / "model"
+    assert mc.finetuned_saes_dir() == shipped / "saes"
+    assert manifest_mismatches(shipped / "model") == []
+    assert manifest_mismatches(shipped / "saes") == []
+    report = mc.finetune_report()
+    assert (
+        report["weights"] == "float16" and report["config"]["epochs"] == mc.FinetuneConfig().epochs
+    )
+    saes = mc.load_finetuned_saes([0, 5])
+    base = load_minilm_saes([0])[0]
+    assert torch.equal(saes[0].W_dec, base.W_dec)
+    assert saes[5].cfg.metadata.hook_name == LAYER_HOOK.format(layer=5)
+    weights = mc.encoder_weights()
+    assert {name.split(".")[2] for name in weights} == {"4", "5"}
+    model = mc.load_finetuned()
+    sentences = list(small_cola["dev"].sentence)
+    assert max_abs_diff_vs_hf(model, sentences, weights=weights) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["all-minilm-l6-v2", mc.NAME])
+def test_the_real_report_runs_on_both_models(monkeypatch, small_cola, name) -> None:
+    """The report of either model on a few sentences: its headline numbers, and the parity
+    with the HF model carrying the same weights."""
+    from circuitlasso.evaluation import real_model
+
+    monkeypatch.setattr(real_model, "load_cola", lambda split: small_cola[split])
+    report = real_model.real_model_report(name, lam_ratios=(0.1, 0.5), progress=False)
+    headline = real_model.FINETUNED_HEADLINE if name == mc.NAME else real_model.HEADLINE
+    assert set(headline) <= set(report)
+    assert report["hidden_state_max_abs_diff_vs_hf"] < 1e-4
+    assert -1 <= report["readout_test_mcc"] <= 1
+    assert "readout on the last layer" in real_model.format_real_model_report(report)

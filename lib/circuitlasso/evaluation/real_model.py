@@ -63,16 +63,16 @@ def real_model_report(
     saes = load_saes(model_name, [layer])
     train, dev = load_cola("train"), load_cola("dev")
     report = finetuned_saes_report() if finetuned else saes_report(saes_dir())
-    Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)[layer]
-    Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)[layer]
+    Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)
+    Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)
     y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()
     search = GridSearchCV(CircuitLasso(), {"label_lam_ratio": list(lam_ratios)}, cv=3)
-    readout = search.fit({layer: Z_train}, y_train).best_estimator_
+    readout = search.fit(Z_train, y_train).best_estimator_
     fit = readout.label_fit_
     report["readout_lam_ratio"] = readout.label_lam_ratio
-    report["readout_test_accuracy"] = readout.score({layer: Z_dev}, y_dev)
+    report["readout_test_accuracy"] = readout.score(Z_dev, y_dev)
     report["readout_majority_baseline"] = float(max(y_dev.mean(), 1 - y_dev.mean()))
-    report["readout_test_mcc"] = float(matthews_corrcoef(y_dev, readout.predict({layer: Z_dev})))
+    report["readout_test_mcc"] = float(matthews_corrcoef(y_dev, readout.predict(Z_dev)))
     report["readout_features"] = int(np.count_nonzero(fit.coef))
     report["hidden_state_max_abs_diff_vs_hf"] = max_abs_diff_vs_hf(
         model, list(dev.sentence), weights=encoder_weights() if finetuned else None

@@ -293,11 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     real_build.set_defaults(func=_real_build)
     real_report = real_commands.add_parser(
         "report",
-        help="print the real model's quality report",
-        description="Per-SAE explained variance and dead share on CoLA dev, the label readout's "
-        "dev accuracy against the majority class, the conversion's largest difference from "
-        "the HF model; ends with one JSON line of the headline numbers. Builds the SAEs first "
-        "if they are missing.",
+        help="print the real models' quality reports",
+        description="For the sentence model and the one fine-tuned on CoLA (whose own dev "
+        "accuracy and MCC come first): per-SAE explained variance and dead share on CoLA dev, "
+        "the label readout's dev accuracy against the majority class and its MCC, the "
+        "conversion's largest difference from the HF model carrying the same weights; ends "
+        "with one JSON line of the headline numbers. Builds what is missing first.",
     )
     real_report.set_defaults(func=_real_report)
     real_finetune = real_commands.add_parser(
