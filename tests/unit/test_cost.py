@@ -170,3 +170,14 @@ def test_vary_one_at_a_time_moves_one_size_from_the_base() -> None:
     assert configs == [(2, 128, 16), (2, 128, 64), (2, 256, 64), (4, 128, 64)]
     with pytest.raises(ValueError, match="base has 2 sizes but there are 3 grids"):
         cost.vary_one_at_a_time((2, 128), ([2], [128], [16]))
+
+
+def test_a_projected_row_says_what_it_projected() -> None:
+    row = cost.projected_time_methods(2, 64, 4, n_prompts=4, children=2, eap_prompts=2)
+    assert row["L"] == 6  # input, one head and one MLP per layer, output
+    assert "2 of 5 children" in row["projected"] and "2 of 4 pairs" in row["projected"]
+    measured = float(row["projected"].split("count), ")[1].split(" s measured")[0])
+    assert row["circuitlasso_solve_s"] >= measured  # projected up from a share of the children
+    assert row["eap_ig_ratio"] == pytest.approx(row["eap_ig_s"] / row["circuitlasso_s"])
+    with pytest.raises(ValueError, match="eap_prompts"):
+        cost.projected_time_methods(1, 64, 4, n_prompts=2, eap_prompts=3)

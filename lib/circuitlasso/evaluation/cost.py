@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,8 @@ import torch
 from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuitlasso.circuits.components import LINEAR_TOL
+from circuitlasso.circuits.components import LINEAR_TOL, linear_edge_scores
+from circuitlasso.collect import collect_nodes
 from circuitlasso.data.graph import graph_nodes
 from circuitlasso.data.interpbench.prompts import PromptPairs
 from circuitlasso.evaluation.interpbench.evaluate import run_method
@@ -408,6 +409,81 @@ def time_methods(
         "eap_ratio": seconds["eap"] / seconds["circuitlasso"],
         "predicted_ratio": predicted["cost_ratio"],
         "regime": predicted["regime"],
+    }
+
+
+def projected_time_methods(
+    n_layers: int,
+    d_model: int,
+    n_tokens: int,
+    *,
+    n_prompts: int = 64,
+    children: int = 3,
+    eap_prompts: int = 4,
+    seed: int = 0,
+) -> dict[str, object]:
+    """`time_methods` for a model too large to run whole here, with the parts it could not run
+    projected (and said to be): CircuitLasso collects every node on all `n_prompts` pairs and
+    solves `children` child nodes spread over the depth, its solve projected to every child by
+    their share of Proposition 1's count (each child's parent columns); EAP and EAP-IG run on
+    `eap_prompts` of the pairs and are projected linearly to all of them (their passes are
+    linear in the prompts). No warm-up run."""
+    if children < 1 or not 1 <= eap_prompts <= n_prompts:
+        raise ValueError(
+            f"need children >= 1 and 1 <= eap_prompts <= n_prompts, got {children}, "
+            f"{eap_prompts}, {n_prompts}"
+        )
+    shape = gpt2_family(n_layers, d_model)
+    model = build_model(shape, n_ctx=n_tokens, seed=seed)
+    prompts = random_prompt_pairs(n_prompts, n_tokens, model.cfg.d_vocab, seed)
+    clock = Stopwatch()
+    with clock.timed("collect"):
+        acts = collect_nodes(model, torch.cat([prompts.clean, prompts.corrupted]),
+                             prompts.lasso_mask())  # fmt: skip
+    with_parents = [j for j, parents in enumerate(acts.parents) if parents]
+    chosen = sorted({with_parents[round(i)] for i in np.linspace(0, len(with_parents) - 1,
+                                                                 children)})  # fmt: skip
+    sizes = np.asarray(acts.block_sizes)
+    columns = [int(sizes[acts.parents[j]].sum()) for j in range(len(sizes))]
+    subset = replace(acts, parents=[ps if j in chosen else [] for j, ps in enumerate(acts.parents)])
+    with clock.timed("solve"):
+        linear_edge_scores(subset)
+    share = sum(columns[j] for j in chosen) / sum(columns[j] for j in with_parents)
+    few = PromptPairs(
+        prompts.clean[:eap_prompts], prompts.corrupted[:eap_prompts], prompts.position_mask
+    )
+    seconds = {}
+    for column, method in (("eap", "eap"), ("eap_ig", "eap-ig")):
+        run = run_method(method, model, few, seed)
+        seconds[column] = (run.collect_seconds + run.solve_seconds) * n_prompts / eap_prompts
+    solve = clock.laps["solve"] / share
+    n_locations = len(graph_nodes(model))
+    predicted = proposition2(shape, n_locations, n_tokens, LINEAR_TOL)
+    floor = proposition1_count(2 * n_prompts, n_locations, d_model, LINEAR_TOL) / (
+        product_throughput(2 * n_prompts, n_locations * d_model, d_model)
+    )
+    circuitlasso = clock.laps["collect"] + solve
+    return {
+        "layers": n_layers,
+        "d_model": d_model,
+        "n_token": n_tokens,
+        "L": n_locations,
+        "n_prompts": n_prompts,
+        "eap_s": seconds["eap"],
+        "eap_ig_s": seconds["eap_ig"],
+        "circuitlasso_s": circuitlasso,
+        "circuitlasso_solve_s": solve,
+        "solve_floor_s": floor,
+        "solve_over_floor": solve / floor,
+        "eap_ig_ratio": seconds["eap_ig"] / circuitlasso,
+        "eap_ratio": seconds["eap"] / circuitlasso,
+        "predicted_ratio": predicted["cost_ratio"],
+        "regime": predicted["regime"],
+        "projected": (
+            f"solve: {len(chosen)} of {len(with_parents)} children ({share:.1%} of the count), "
+            f"{clock.laps['solve']:.3g} s measured; EAP and EAP-IG: {eap_prompts} of "
+            f"{n_prompts} pairs"
+        ),
     }
 
 
