@@ -387,24 +387,37 @@ def time_methods(
         best = min(runs, key=lambda r: r.collect_seconds + r.solve_seconds)
         seconds[column] = best.collect_seconds + best.solve_seconds
         solve[column] = best.solve_seconds
+    return _methods_row(shape, model, n_tokens, n_prompts, seconds, solve["circuitlasso"])
+
+
+def _methods_row(
+    shape: ModelShape,
+    model: HookedTransformer,
+    n_tokens: int,
+    n_prompts: int,
+    seconds: dict[str, float],
+    solve: float,
+) -> dict[str, object]:
+    """A crossover row from the methods' seconds (``eap``, ``eap_ig``, ``circuitlasso``) and
+    CircuitLasso's solve: the ratios, Proposition 2's prediction and the solve's floor."""
     n_locations = len(graph_nodes(model))
     n_obs = 2 * n_prompts
     predicted = proposition2(shape, n_locations, n_tokens, LINEAR_TOL)
-    floor = proposition1_count(n_obs, n_locations, d_model, LINEAR_TOL) / product_throughput(
-        n_obs, n_locations * d_model, d_model
+    floor = proposition1_count(n_obs, n_locations, shape.d, LINEAR_TOL) / product_throughput(
+        n_obs, n_locations * shape.d, shape.d
     )
     return {
-        "layers": n_layers,
-        "d_model": d_model,
+        "layers": shape.S,
+        "d_model": shape.d,
         "n_token": n_tokens,
         "L": n_locations,
         "n_prompts": n_prompts,
         "eap_s": seconds["eap"],
         "eap_ig_s": seconds["eap_ig"],
         "circuitlasso_s": seconds["circuitlasso"],
-        "circuitlasso_solve_s": solve["circuitlasso"],
+        "circuitlasso_solve_s": solve,
         "solve_floor_s": floor,
-        "solve_over_floor": solve["circuitlasso"] / floor,
+        "solve_over_floor": solve / floor,
         "eap_ig_ratio": seconds["eap_ig"] / seconds["circuitlasso"],
         "eap_ratio": seconds["eap"] / seconds["circuitlasso"],
         "predicted_ratio": predicted["cost_ratio"],
@@ -457,28 +470,9 @@ def projected_time_methods(
         run = run_method(method, model, few, seed)
         seconds[column] = (run.collect_seconds + run.solve_seconds) * n_prompts / eap_prompts
     solve = clock.laps["solve"] / share
-    n_locations = len(graph_nodes(model))
-    predicted = proposition2(shape, n_locations, n_tokens, LINEAR_TOL)
-    floor = proposition1_count(2 * n_prompts, n_locations, d_model, LINEAR_TOL) / (
-        product_throughput(2 * n_prompts, n_locations * d_model, d_model)
-    )
-    circuitlasso = clock.laps["collect"] + solve
+    seconds["circuitlasso"] = clock.laps["collect"] + solve
     return {
-        "layers": n_layers,
-        "d_model": d_model,
-        "n_token": n_tokens,
-        "L": n_locations,
-        "n_prompts": n_prompts,
-        "eap_s": seconds["eap"],
-        "eap_ig_s": seconds["eap_ig"],
-        "circuitlasso_s": circuitlasso,
-        "circuitlasso_solve_s": solve,
-        "solve_floor_s": floor,
-        "solve_over_floor": solve / floor,
-        "eap_ig_ratio": seconds["eap_ig"] / circuitlasso,
-        "eap_ratio": seconds["eap"] / circuitlasso,
-        "predicted_ratio": predicted["cost_ratio"],
-        "regime": predicted["regime"],
+        **_methods_row(shape, model, n_tokens, n_prompts, seconds, solve),
         "projected": (
             f"solve: {len(chosen)} of {len(with_parents)} children ({share:.1%} of the count), "
             f"{clock.laps['solve']:.3g} s measured; EAP and EAP-IG: {eap_prompts} of "
