@@ -268,18 +268,11 @@ class CircuitLasso(BaseEstimator):
                     f"the SAE of layer {layer} has {layer_saes[layer].cfg.d_sae} features but the "
                     f"features of layer {layer} have {Z[layer].shape[1]}"
                 )
-        tr.interpret_circuit(
-            self.circuit_,
-            lambda layer, feature: interpret.top_tokens(
-                model,
-                layer_saes[layer],
-                feature,
-                prompts,
-                Z[layer],
-                n_prompts=n_prompts,
-                verify=True,
-            ),
+        nodes = [(data["layer"], data["feature"]) for _, data in self.circuit_.nodes(data=True)]
+        tokens = interpret.nodes_top_tokens(
+            model, layer_saes, nodes, prompts, Z, n_prompts=n_prompts, verify=True
         )
+        tr.interpret_circuit(self.circuit_, lambda layer, feature: tokens[(layer, feature)])
         return self.circuit_
 
     def _fitted(self) -> LabelFit:

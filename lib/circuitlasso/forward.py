@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+import numpy as np
 import torch
 from sae_lens import SAE
 from transformer_lens import HookedEncoder, HookedTransformer
@@ -304,6 +305,29 @@ def prompt_batches(
         tokenize_batch(model, prompts[s : s + batch_size], s)
         for s in range(0, len(prompts), batch_size)
     ]
+
+
+def length_order(model: Model, prompts: Sequence[str], batch_size: int) -> torch.Tensor:
+    """``(n,)`` permutation of ``prompts``, fewest real tokens first (ties in input order).
+
+    Batches cut from this order pad little: on CoLA's training sentences in input order, a batch
+    of 64 runs about twice the tokens it reads. Checks every prompt as :func:`tokenize_batch`
+    does, naming it by its place in ``prompts``.
+    """
+    lengths = torch.cat([real.sum(1) for _, real in prompt_batches(model, prompts, batch_size)])
+    return torch.argsort(lengths, stable=True)
+
+
+def batches_by_length(
+    model: Model, prompts: Sequence[str], batch_size: int
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], np.ndarray]:
+    """:func:`prompt_batches` of the prompts shortest first (:func:`length_order`), and
+    ``order: (n,)``, the place in ``prompts`` of each row of the batches stacked: per-prompt
+    inputs ``x`` go in as ``x[order]``, per-prompt results ``r`` come back as
+    ``r[np.argsort(order)]``."""
+    prompts = check_prompts(prompts)
+    order = length_order(model, prompts, batch_size).numpy()
+    return prompt_batches(model, [prompts[i] for i in order], batch_size), order
 
 
 def stop_for_saes(saes: SAEMap) -> int | None:

@@ -13,6 +13,7 @@ import nbformat
 import pandas as pd
 import pytest
 import yaml
+from nbval_outputs import output_differences
 
 from circuitlasso import cache
 from circuitlasso.presentation import reproduce as rp
@@ -131,3 +132,29 @@ def test_faithfulness_curves_csv_holds_the_swept_values(built_book: Path) -> Non
         for method, points in expected.items():
             # the summary rounds to 4 decimals
             assert points == pytest.approx({n: found[method][n] for n in points}, abs=5.1e-5)
+
+
+def _notebook_defaults(notebook: Path) -> dict[str, object]:
+    """The values the notebook's first code cell (its parameters) assigns."""
+    cell = next(c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
+    namespace: dict[str, object] = {}
+    exec(cell.source, namespace)  # plain assignments of literals
+    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
+@pytest.mark.slow
+def test_toy_sections_show_their_committed_outputs(built_book: Path) -> None:
+    # nbval's check (`make nbval` runs it on the other notebooks) on the run the book made:
+    # with the toy profile's parameters, which must be the notebook's own
+    project = rp.Project(built_book)
+    planned = rp.plan(project, rp.BOOK_PROFILES)
+    toy = sorted(s for s, p in planned.items() if p == "toy")
+    assert toy
+    for section in toy:
+        committed = ROOT / "notebooks" / f"{section}.ipynb"
+        ran = nbformat.read(project.executed(section), as_version=4)
+        parameters = dict(ran.metadata["papermill"]["parameters"])
+        defaults = _notebook_defaults(committed)
+        assert {k: defaults[k] for k in parameters} == pytest.approx(parameters), section
+        sanitize = ROOT / "tests" / "nbval_sanitize.cfg"
+        assert output_differences(project.executed(section), committed, sanitize) == [], section

@@ -22,7 +22,12 @@ from circuitlasso.collect import collect_sae_features, fresh_features
 from circuitlasso.collect.features import model_fingerprint
 from circuitlasso.data import models
 from circuitlasso.data.targets import binary_labels
-from circuitlasso.forward import mean_over_real, real_token_mask
+from circuitlasso.forward import (
+    batches_by_length,
+    mean_over_real,
+    prompt_batches,
+    real_token_mask,
+)
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 GPT2_BOS = 50256  # also GPT-2's EOS and PAD
@@ -120,6 +125,24 @@ def test_matches_per_prompt_dense_reference(
         assert got.has_canonical_format
         np.testing.assert_allclose(got.toarray(), expected, rtol=1e-5, atol=1e-6)
         assert got.nnz == np.count_nonzero(expected)
+
+
+def test_batches_run_shortest_first_and_rows_come_back_in_input_order(
+    model: HookedTransformer,
+) -> None:
+    batches, order = batches_by_length(model, PROMPTS, 3)
+    lengths = [len(model.to_str_tokens(p, prepend_bos=False)) for p in PROMPTS]
+    assert [lengths[i] for i in order] == sorted(lengths)
+    assert sorted(order) == list(range(len(PROMPTS)))
+    padded = sum(tokens.numel() for tokens, _ in batches)
+    in_input_order = sum(t.numel() for t, _ in prompt_batches(model, PROMPTS, 3))
+    assert padded < in_input_order
+    rows = [(tokens[r], real[r]) for tokens, real in batches for r in range(len(tokens))]
+    for (tokens, real), i in zip(rows, order, strict=True):  # row r is prompt order[r]
+        alone, alone_real = prompt_batches(model, [PROMPTS[i]], 1)[0]
+        n = alone.shape[1]
+        assert torch.equal(tokens[:n], alone[0]) and torch.equal(real[:n], alone_real[0])
+        assert not real[n:].any()
 
 
 def test_special_tokens_inside_a_prompt_are_left_out(
@@ -393,9 +416,11 @@ def test_nan_activations_name_the_hook_and_prompt(
         output[1, 2] = float("nan")  # second prompt of each batch, third position
         return output
 
+    # batches run shortest first: the first holds prompts 0, 3 and 6 ("Hello", "Why?" and
+    # "It rains."), so its second row is prompt 3
     handle = model.blocks[0].hook_resid_post.register_forward_hook(poison)
     try:
-        with pytest.raises(ValueError, match=r"hook 'blocks.0.hook_resid_post' for prompts \[1\]"):
+        with pytest.raises(ValueError, match=r"resid_post' for prompts \[3\], e.g. 'Why\?'"):
             collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
     finally:
         handle.remove()

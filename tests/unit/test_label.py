@@ -19,7 +19,15 @@ from sae_lens import SAE, StandardSAE, StandardSAEConfig, TopKSAE, TopKSAEConfig
 from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
 
-from circuitlasso.circuits.interpret import perturb, token_values, top_prompts, top_tokens
+from circuitlasso.circuits.interpret import (
+    features_token_values,
+    features_top_tokens,
+    nodes_top_tokens,
+    perturb,
+    token_values,
+    top_prompts,
+    top_tokens,
+)
 from circuitlasso.data import models
 
 TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
@@ -252,6 +260,29 @@ def test_top_tokens_counts_the_largest_activations(
             for i in sorted(np.flatnonzero(column), key=lambda i: -column[i])[:n_prompts]
         ),
     )
+
+
+def test_features_top_tokens_are_each_features_own(model, sae, per_token, Z) -> None:
+    # one model run over the union of the features' top prompts, in batches shortest first
+    features = list(range(0, D_SAE, 3))
+    got = features_top_tokens(model, sae, features, PROMPTS, Z, n_prompts=3, n_activations=4)
+    assert list(got) == features
+    for feature in features:
+        column = Z[:, feature].toarray().ravel()
+        assert got[feature] == top_tokens_reference(model, per_token, feature, column, 3, 4)
+    assert sum(bool(c) for c in got.values()) > 3
+    nodes = nodes_top_tokens(model, {1: sae}, [(1, f) for f in features], PROMPTS, {1: Z},
+                             n_prompts=3, n_activations=4)  # fmt: skip
+    assert nodes == {(1, f): got[f] for f in features}
+
+
+def test_features_token_values_in_small_batches_match_each_prompt_alone(model, sae) -> None:
+    tokens = [model.to_tokens(p)[0] for p in PROMPTS]
+    expected = [reference(model, sae, ids) for ids in tokens]
+    features = [0, 7, 3]
+    got = features_token_values(model, sae, features, tokens, batch_size=2)
+    for values, ref in zip(got, expected, strict=True):
+        np.testing.assert_allclose(values, ref[:, features], rtol=1e-5, atol=1e-6)
 
 
 def test_top_tokens_counts_repeated_tokens(model, sae, per_token) -> None:

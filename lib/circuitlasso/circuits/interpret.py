@@ -13,7 +13,7 @@ Per-token values are those of the prompt's real tokens (BOS, EOS and padding lef
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,21 +43,44 @@ def token_values(
     makes them); its real tokens are those :func:`~circuitlasso.forward.real_token_mask`
     marks (no special token), the tokens the collector averages over.
     """
-    if not 0 <= feature < sae.cfg.d_sae:
-        raise ValueError(f"feature {feature} out of range: the SAE has {sae.cfg.d_sae} features")
-    if len(tokens) == 0:
-        return []
+    return [values[:, 0] for values in features_token_values(model, sae, [feature], tokens)]
+
+
+@torch.no_grad()
+def features_token_values(
+    model: Model,
+    sae: SAE,
+    features: Sequence[int],
+    tokens: Sequence[torch.Tensor],
+    batch_size: int = 64,
+) -> list[np.ndarray]:
+    """:func:`token_values` of several features at once: per prompt ``(T_i, F)``, column ``j``
+    feature ``features[j]``. The prompts run ``batch_size`` at a time, shortest first, each
+    batch right-padded (which the model does not attend to) and encoded once."""
+    for feature in features:
+        if not 0 <= feature < sae.cfg.d_sae:
+            raise ValueError(
+                f"feature {feature} out of range: the SAE has {sae.cfg.d_sae} features"
+            )
     hook = str(sae.cfg.metadata.hook_name)
     stop = stop_at_layer([hook])
-    width = max(len(t) for t in tokens)
     pad = model.tokenizer.pad_token_id if model.tokenizer is not None else None
-    batch = torch.full((len(tokens), width), pad if pad is not None else 0, dtype=torch.long)
-    for row, ids in enumerate(tokens):
-        batch[row, : len(ids)] = ids  # right padding, which the model does not attend to
-    activations = hook_activations(model, batch, [hook], stop_at_layer=stop)[hook]
-    values = sae.encode(activations)[..., feature]
-    values = values.float().cpu()  # on the model's device until here
-    return [values[row, : len(ids)][_real(model, ids)].numpy() for row, ids in enumerate(tokens)]
+    columns = torch.as_tensor(list(features), dtype=torch.long)
+    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+    values: list[np.ndarray] = [np.empty(0)] * len(tokens)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = max(len(tokens[i]) for i in rows)
+        batch = torch.full((len(rows), width), pad if pad is not None else 0, dtype=torch.long)
+        for row, i in enumerate(rows):
+            batch[row, : len(tokens[i])] = tokens[i]
+        activations = hook_activations(model, batch, [hook], stop_at_layer=stop)[hook]
+        encoded = sae.encode(activations)[..., columns.to(activations.device)]
+        encoded = encoded.float().cpu()  # on the model's device until here
+        for row, i in enumerate(rows):
+            ids = tokens[i]
+            values[i] = encoded[row, : len(ids)][_real(model, ids)].numpy()
+    return values
 
 
 def _real(model: Model, ids: torch.Tensor) -> torch.Tensor:
@@ -214,17 +237,69 @@ def top_tokens(
     made for the labels, and checks exactly the prompts whose tokens the labels count. Off by
     default, as ``Z`` may also be any ranking of the prompts.
     """
-    column, order = _top_rows(prompts, Z, feature, n_prompts)
-    if len(order) == 0:
-        return Counter()
-    tokens = [prompt_ids(model, prompts[i]) for i in order]
-    values = token_values(model, sae, feature, tokens)
-    if verify:
-        check_token_means(model, sae, feature, column, order, values)
-    words = np.concatenate([np.array(_words(model, ids), dtype=object) for ids in tokens])
-    flat = np.concatenate(values)
-    best = np.argsort(-flat, kind="stable")[:n_activations]
-    return Counter(str(w).strip() for w in words[best[flat[best] > 0]])
+    return features_top_tokens(
+        model, sae, [feature], prompts, Z, n_prompts=n_prompts, n_activations=n_activations,
+        verify=verify,
+    )[feature]  # fmt: skip
+
+
+def features_top_tokens(
+    model: Model,
+    sae: SAE,
+    features: Sequence[int],
+    prompts: Sequence[str],
+    Z: Features,
+    *,
+    n_prompts: int = 50,
+    n_activations: int = 20,
+    verify: bool = False,
+) -> dict[int, Counter[str]]:
+    """:func:`top_tokens` of each of ``features`` (of one SAE), with one model run over the
+    union of their top prompts."""
+    tops = {int(f): _top_rows(prompts, Z, int(f), n_prompts) for f in features}
+    rows = sorted({int(i) for _, order in tops.values() for i in order})
+    place = {i: k for k, i in enumerate(rows)}
+    tokens = [prompt_ids(model, prompts[i]) for i in rows]
+    needed = [f for f, (_, order) in tops.items() if len(order)]
+    values = features_token_values(model, sae, needed, tokens)
+    words = [np.array(_words(model, ids), dtype=object) for ids in tokens]
+    counts: dict[int, Counter[str]] = {f: Counter() for f in tops}
+    for j, feature in enumerate(needed):
+        column, order = tops[feature]
+        own = [values[place[int(i)]][:, j] for i in order]
+        if verify:
+            check_token_means(model, sae, feature, column, order, own)
+        own_words = np.concatenate([words[place[int(i)]] for i in order])
+        flat = np.concatenate(own)
+        best = np.argsort(-flat, kind="stable")[:n_activations]
+        counts[feature] = Counter(str(w).strip() for w in own_words[best[flat[best] > 0]])
+    return counts
+
+
+def nodes_top_tokens(
+    model: Model,
+    saes: Mapping[int, SAE],
+    nodes: Iterable[tuple[int, int]],
+    prompts: Sequence[str],
+    Z: Mapping[int, Features],
+    *,
+    n_prompts: int = 50,
+    n_activations: int = 20,
+    verify: bool = False,
+) -> dict[tuple[int, int], Counter[str]]:
+    """:func:`top_tokens` of each ``(layer, feature)`` node (``saes[layer]``, ``Z[layer]``),
+    one :func:`features_top_tokens` per layer."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, feature in nodes:
+        by_layer.setdefault(int(layer), []).append(int(feature))
+    return {
+        (layer, feature): counts
+        for layer, features in by_layer.items()
+        for feature, counts in features_top_tokens(
+            model, saes[layer], features, prompts, Z[layer], n_prompts=n_prompts,
+            n_activations=n_activations, verify=verify,
+        ).items()
+    }  # fmt: skip
 
 
 def perturb(

@@ -175,6 +175,16 @@ class FeatureStudy:
         """:func:`~circuitlasso.circuits.trace.interpret_circuit` with :meth:`top_tokens`, timed as
         ``labels``: every node's top tokens and every edge's type."""
         with self.clock.timed("labels"):
+            nodes = {(int(d["layer"]), int(d["feature"])) for _, d in circuit.nodes(data=True)}
+            missing = sorted(nodes - self._tokens.keys())
+            layers = {layer for layer, _ in missing}
+            self._tokens.update(
+                interpret.nodes_top_tokens(
+                    self.model, self.saes, missing, self.prompts,
+                    {layer: self._features(layer) for layer in layers},
+                    n_prompts=self.label_prompts,
+                )
+            )  # fmt: skip
             return tr.interpret_circuit(circuit, self.top_tokens)
 
     def top_prompts(self, layer: int, feature: int, n: int = 8) -> pd.DataFrame:

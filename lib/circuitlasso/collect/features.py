@@ -32,6 +32,7 @@ from circuitlasso.executor import Executor
 from circuitlasso.forward import (
     Model,
     SAEMap,
+    batches_by_length,
     check_prompts,
     hook_activations,
     mean_over_real,
@@ -39,10 +40,9 @@ from circuitlasso.forward import (
     special_token_ids,
     stop_at_layer,
     to_dense,
-    tokenize_batch,
 )
 
-SAE_COLLECTOR_VERSION = 1  # part of the cache key; bump when the stored chunks change meaning
+SAE_COLLECTOR_VERSION = 2  # part of the cache key; bump when the stored chunks change meaning
 
 
 def _hash_tensor(digest: hashlib._Hash, name: str, t: torch.Tensor) -> None:
@@ -103,12 +103,14 @@ def _tokens_hash(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> str:
     return digest.hexdigest()
 
 
-def _nonfinite_error(what: str, rows: torch.Tensor, first: int, prompts: list[str]) -> ValueError:
-    bad = sorted({int(r) for r in rows})
+def _nonfinite_error(
+    what: str, rows: torch.Tensor, indices: list[int], prompts: list[str]
+) -> ValueError:
+    """Error naming the batch's rows ``rows`` by their places ``indices`` in the prompt list."""
+    bad = sorted({indices[int(r)] for r in rows})
     return ValueError(
         f"non-finite values (NaN or inf) in {what} for prompts "
-        f"{[first + r for r in bad[:5]]}{' ...' if len(bad) > 5 else ''}, "
-        f"e.g. {prompts[bad[0]][:80]!r}"
+        f"{bad[:5]}{' ...' if len(bad) > 5 else ''}, e.g. {prompts[bad[0]][:80]!r}"
     )
 
 
@@ -163,11 +165,12 @@ def collect_sae_features(
     attention mask. A prompt with no real token, or longer than the model's context, is an
     error naming it.
 
-    Streaming: prompts go through the model ``batch_size`` at a time, only up to the last block
-    an SAE reads (``stop_at_layer``) and saving only the SAEs' hooks; the SAE encodes the real
-    tokens of the batch and the batch's means are made sparse at once. Peak memory is a few
-    copies of one batch's ``(real tokens, D)`` dense features (the SAE's temporaries) plus the
-    sparse result; lower ``batch_size`` to lower it.
+    Streaming: prompts go through the model ``batch_size`` at a time, shortest first
+    (:func:`~circuitlasso.forward.batches_by_length`, so a batch pads little), only up to the
+    last block an SAE reads (``stop_at_layer``) and saving only the SAEs' hooks; the SAE encodes
+    the real tokens of the batch and the batch's means are made sparse at once. Peak memory is
+    a few copies of one batch's ``(real tokens, D)`` dense features (the SAE's temporaries) plus
+    the sparse result; lower ``batch_size`` to lower it.
 
     Cache: each batch is saved under ``cache_dir`` (default ``$CIRCUITLASSO_CACHE``, see
     :func:`circuitlasso.cache.cache_root`) as soon as it is done, keyed by the model (name,
@@ -204,8 +207,8 @@ def collect_sae_features(
     layers = sorted(saes)
     hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in layers}
     special_ids = special_token_ids(model)
-    starts = range(0, len(prompts), batch_size)
-    batches = [tokenize_batch(model, prompts[s : s + batch_size], s) for s in starts]
+    batches, order = batches_by_length(model, prompts, batch_size)
+    members = [order[s : s + batch_size].tolist() for s in range(0, len(prompts), batch_size)]
 
     key = None  # cache=False: nothing is hashed, read or written
     if cache:
@@ -230,8 +233,6 @@ def collect_sae_features(
 
     def chunk(i: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         tokens, real = batches[i]
-        first = starts[i]
-        batch_prompts = prompts[first : first + len(tokens)]
         parts = []
         with torch.inference_mode():
             saved = hook_activations(model, tokens, hook_names, stop_at_layer=stop)
@@ -245,8 +246,8 @@ def collect_sae_features(
                     raise _nonfinite_error(
                         f"the activations at hook {hooks[layer]!r}",
                         rows[~finite],
-                        first,
-                        batch_prompts,
+                        members[i],
+                        prompts,
                     )
                 means = _average_features(saes[layer], tokens_real, mask)
                 if not bool(torch.isfinite(means).all()):
@@ -254,8 +255,8 @@ def collect_sae_features(
                     raise _nonfinite_error(
                         f"the features of the SAE on {hooks[layer]!r} (layer {layer})",
                         rows,
-                        first,
-                        batch_prompts,
+                        members[i],
+                        prompts,
                     )
                 parts.append(_csr_parts(means))
                 del means
@@ -270,6 +271,7 @@ def collect_sae_features(
         progress=progress,
         executor=executor,
     )
+    inverse = np.argsort(order)  # row i of the stacked batches is prompt order[i]
     result = {}
     for j, layer in enumerate(layers):
         d_sae = saes[layer].cfg.d_sae
@@ -279,7 +281,7 @@ def collect_sae_features(
             )
             for indptr, indices, data in (c[j] for c in chunks)
         ]
-        result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)
+        result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)[inverse]
     return LayerFeatures(result)
 
 

@@ -65,8 +65,8 @@ from circuitlasso.data.models import check_sae_fits
 from circuitlasso.evaluation.attribution import integrated_gradients
 from circuitlasso.forward import (
     SAEMap,
+    batches_by_length,
     mean_over_real,
-    prompt_batches,
     run_with_hooks,
     sae_layers,
     splice_hooks,
@@ -120,7 +120,7 @@ def feature_means(
     saes = _check(model, saes, None)
     sums = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
     count = 0
-    for tokens, real in prompt_batches(model, prompts, batch_size):
+    for tokens, real in batches_by_length(model, prompts, batch_size)[0]:
         record: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
             hooks = splice_hooks(saes, real, record=record)
@@ -194,8 +194,8 @@ def metric_with_ablation(
     """
     saes = _check(model, saes, label_fit)
     masks = _ablation_masks(saes, circuit, ablate_inside)
-    batches = prompt_batches(model, prompts, batch_size)
-    signs = _signs(labels, len(prompts))
+    batches, order = batches_by_length(model, prompts, batch_size)  # the mean is order-free
+    signs = _signs(labels, len(order))[order]
     return _metric(model, saes, label_fit, batches, signs, masks, means)
 
 
@@ -247,8 +247,8 @@ def node_ablation_sweep(
     ``sizes`` (metric signed by ``labels`` if given); columns ``n, faithfulness, completeness,
     m_circuit, m_complement, m_full, m_empty``."""
     saes = _check(model, saes, label_fit)
-    batches = prompt_batches(model, prompts, batch_size)
-    signs = _signs(labels, len(prompts))
+    batches, order = batches_by_length(model, prompts, batch_size)  # the mean is order-free
+    signs = _signs(labels, len(order))[order]
 
     def m(circuit: FeatureSet | None, inside: bool = False) -> float:
         masks = _ablation_masks(saes, circuit, inside)
@@ -434,9 +434,9 @@ class Surrogate:
         edges = self.edges()
         return [edges[i] for i in order]
 
-    def propagate(self, zeroed: Collection[Edge] = ()) -> dict[int, np.ndarray]:
-        """``{layer: (M, k)}`` surrogate values of each layer's fitted columns (``children``
-        order) with the ``zeroed`` edges' coefficients set to 0 and residuals held fixed."""
+    def _kept(self, zeroed: Collection[Edge]) -> dict[int, sp.csc_matrix]:
+        """``{layer: (parent D, k)}`` coefficients of each layer's fitted columns with the
+        ``zeroed`` edges' set to 0."""
         unknown = [e for e in zeroed if e not in self._index]
         if unknown:
             raise ValueError(f"edges not in the surrogate: {unknown[:5]}")
@@ -444,11 +444,20 @@ class Surrogate:
         for edge in zeroed:
             layer, pos = self._index[edge]
             positions.setdefault(layer, []).append(pos)
+        kept = {}
+        for layer, columns in self.layers.items():
+            kept[layer] = columns.coef.copy()
+            kept[layer].data[positions.get(layer, [])] = 0.0
+        return kept
+
+    def propagate(self, zeroed: Collection[Edge] = ()) -> dict[int, np.ndarray]:
+        """``{layer: (M, k)}`` surrogate values of each layer's fitted columns (``children``
+        order) with the ``zeroed`` edges' coefficients set to 0 and residuals held fixed."""
+        kept_by_layer = self._kept(zeroed)
         deltas: dict[int, np.ndarray] = {}  # layer -> (M, k) change of its fitted columns
         values = {}
         for layer, columns in self.layers.items():
-            kept = columns.coef.copy()
-            kept.data[positions.get(layer, [])] = 0.0
+            kept = kept_by_layer[layer]
             delta = np.asarray((self.Z[columns.parent] @ (kept - columns.coef)).todense())
             if columns.parent in deltas:
                 below = self.layers[columns.parent].children
@@ -458,12 +467,24 @@ class Surrogate:
         return values
 
     def metric(self, zeroed: Collection[Edge] = ()) -> float:
-        """Mean ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` over the prompts (signed)."""
-        fit, last = self.label_fit, self.label_fit.layer
-        z = self.Z[last].toarray()
-        if last in self.layers:
-            z[:, self.layers[last].children] = self.propagate(zeroed)[last]
-        logits = z @ fit.coef + fit.intercept
+        """Mean ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` over the prompts (signed).
+
+        The change of the logits is :meth:`propagate`'s change of the last layer's columns
+        times ``a``, taken down the chain of layers as vectors: with ``u`` the weights of a
+        layer's columns in the logit (``a`` on the last layer), the layer adds
+        ``Z_parent (kept - coef) u`` and hands ``kept[parent's columns] u`` to its parent, so
+        no ``(M, k)`` matrix is formed."""
+        fit, layer = self.label_fit, self.label_fit.layer
+        logits = self.Z[layer] @ fit.coef + fit.intercept
+        kept = self._kept(zeroed)
+        if layer in self.layers:
+            u = fit.coef[self.layers[layer].children]
+            while layer in self.layers:
+                columns = self.layers[layer]
+                logits = logits + self.Z[columns.parent] @ ((kept[layer] - columns.coef) @ u)
+                if columns.parent in self.layers:
+                    u = kept[layer][self.layers[columns.parent].children] @ u
+                layer = columns.parent
         return float(np.mean(self.signs * (2 / (1 + np.exp(-logits)) - 1)))
 
 

@@ -29,7 +29,7 @@ from transformer_lens import HookedTransformer
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.forward import (
     Hook,
-    prompt_batches,
+    batches_by_length,
     run_with_hooks,
     stop_at_layer,
     to_dense,
@@ -112,12 +112,12 @@ def integrated_gradients(
     missing = sorted(set(saes) - set(baselines)) if baselines is not None else []
     if missing:
         raise ValueError(f"baselines has no values for layers {missing}")
-    batches = prompt_batches(model, prompts, batch_size)
+    batches, order = batches_by_length(model, prompts, batch_size)  # the mean is order-free
     weights = torch.ones(len(prompts), dtype=torch.float64)
     if signs is not None:
         if np.shape(signs) != (len(prompts),):
             raise ValueError(f"{len(prompts)} prompts but signs of shape {np.shape(signs)}")
-        weights = torch.as_tensor(signs, dtype=torch.float64)
+        weights = torch.as_tensor(np.asarray(signs)[order], dtype=torch.float64)
     totals = {layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()}
     first = 0
     for tokens, real in batches:

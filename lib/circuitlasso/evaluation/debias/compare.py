@@ -41,7 +41,7 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
-from circuitlasso.circuits.interpret import top_tokens
+from circuitlasso.circuits.interpret import nodes_top_tokens
 from circuitlasso.collect import collect_sae_features, fresh_features
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.debias.data import accuracies, bottleneck, targets
@@ -108,13 +108,14 @@ def describe(
     layers = {layer: saes[layer] for layer in sorted({layer for layer, _ in ranking})}
     Z = collect_sae_features(model, layers, prompts, batch_size=batch_size, progress=False)
     effects = swap_effects(model, saes, ranking, prompts, batch_size=batch_size)
+    tokens = nodes_top_tokens(model, saes, ranking, prompts, Z)
     return pd.DataFrame(
         {
             "node": [f"z{layer}.{feature}" for layer, feature in ranking],
             "layer": [layer for layer, _ in ranking],
             "feature": [feature for _, feature in ranking],
             "score": [float(scores[layer][feature]) for layer, feature in ranking],
-            "tokens": [top_tokens(model, saes[s], f, prompts, Z[s]) for s, f in ranking],
+            "tokens": [tokens[(layer, feature)] for layer, feature in ranking],
             "swap_effect": effects,
             "gendered": effects >= threshold,
         }

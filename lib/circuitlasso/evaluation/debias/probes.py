@@ -24,8 +24,8 @@ from transformer_lens import HookedTransformer
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.forward import (
     Model,
+    batches_by_length,
     mean_over_real,
-    prompt_batches,
     run_with_hooks,
     splice_hooks,
     stop_at_layer,
@@ -76,7 +76,8 @@ def pooled_activations(
     zeros = {layer: torch.zeros(len(mask)) for layer, mask in masks.items()}
     stop = stop_at_layer([hook, *(str(s.cfg.metadata.hook_name) for s in spliced.values())])
     pooled = []
-    for tokens, real in prompt_batches(model, prompts, batch_size):
+    batches, order = batches_by_length(model, prompts, batch_size)
+    for tokens, real in batches:
         seen: dict[str, torch.Tensor] = {}
 
         def read(x: torch.Tensor, hook: Any, seen: dict = seen) -> None:
@@ -86,7 +87,7 @@ def pooled_activations(
         with torch.inference_mode():
             run_with_hooks(model, tokens, hooks, stop_at_layer=stop)
         pooled.append(mean_over_real(seen["x"], real).cpu().numpy())
-    return np.concatenate(pooled)
+    return np.concatenate(pooled)[np.argsort(order)]
 
 
 @dataclass(frozen=True)
