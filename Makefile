@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install browser book test checks lint typecheck unit book-check other-tests nbval nbval-perturbed baseline clean
+.PHONY: install browser book test checks lint typecheck unit book-check other-tests unit-tests integration-tests nbval nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,8 +49,15 @@ unit: install browser
 book-check: install
 	$(BIN)/pytest -m book tests
 
-other-tests: install browser
-	$(BIN)/pytest -m "not gpu and not book" tests
+# the other tests, in two halves of about equal length (so that the jobs of `make test` share the
+# two cores evenly)
+other-tests: unit-tests integration-tests
+
+unit-tests: install
+	$(BIN)/pytest -m "not gpu and not book" tests/unit
+
+integration-tests: install browser
+	$(BIN)/pytest -m "not gpu and not book" tests/integration tests/browser
 
 NBVAL := $(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:randomly
 
@@ -66,15 +73,16 @@ nbval: install
 nbval-perturbed: install
 	tests/perturbed-fp $(NBVAL) notebooks
 
-# four jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
+# five jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
 # every parallel region wait for a descheduled thread (nbval then took 39 minutes, not 8). The
-# book check, the longest, starts at once; the others follow one another beside it. The nbval
-# baselines were made with the default threads, so both nbval passes still check another
-# summation order. Each job's output is printed whole when it ends.
+# two longest, the book check and the perturbed nbval, start at once; the others take the first
+# core free, in this order. The nbval baselines were made with the default threads, so both
+# output checks still check another summation order. Each job's output is printed whole when it
+# ends.
 test: lint typecheck
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target checks
 
-checks: book-check nbval-perturbed other-tests nbval
+checks: book-check nbval-perturbed unit-tests integration-tests nbval
 
 baseline: install
 	$(BIN)/circuitlasso reproduce --profile toy --update-baseline

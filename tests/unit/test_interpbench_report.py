@@ -154,6 +154,18 @@ def test_edge_ranking_marks_kept_true_and_outside_edges():
     assert report.edge_ranking(scores, 0.4, truth)["kept"].tolist() == [True] * 5 + [False]
 
 
+def test_edge_ranking_leaves_scores_equal_up_to_rounding_in_their_order():
+    # two edges of equal attribution, computed along different paths, differ in the last digits;
+    # which comes first must not depend on them
+    truth = Circuit([("input", "a0.h0"), ("a0.h0", "output")])
+    for last in (1e-9, -1e-9):
+        scores = {("input", "a0.h0"): 3.115, ("a0.h0", "output"): 3.115 + last,
+                  ("input", "output"): 3.0}  # fmt: skip
+        ranked = report.edge_ranking(scores, 1.0, truth)
+        assert list(zip(ranked["parent"], ranked["child"], strict=True)) == list(scores)
+        assert ranked["score"].tolist() == list(scores.values())
+
+
 def test_summary_figure_has_shd_and_log_time_panels_per_variant():
     fig = plots.interpbench_summary(run_table())
     axes = fig.axes

@@ -1,9 +1,10 @@
 """The perturbed floating-point environment of ``tests/perturbed-fp`` really changes rounding.
 
 ``make test`` runs nbval a second time under that script, to show the baseline does not depend on
-one machine's last digits. That pass proves something only if each variable changes results here;
-this test runs the same computations in a child process with and without each variable and checks
-that the digits change while the values agree to float precision.
+one machine's last digits (on a CPU with AVX-512, with the code paths of one without). That pass
+proves something only if each variable changes results here; this test runs the same computations
+in a child process with and without each variable and checks that the digits change while the
+values agree to float precision.
 """
 
 from __future__ import annotations
@@ -44,10 +45,26 @@ CHANGED_BY = {
 }
 
 
+def script_environment() -> dict[str, str]:
+    """The environment the script runs its command in, on this machine."""
+    out = subprocess.run([str(SCRIPT), sys.executable, "-c",
+                          "import os, json; print(json.dumps(dict(os.environ)))"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return json.loads(out)
+
+
 def perturbed_variables() -> dict[str, str]:
-    """The values the script's ``export`` lines set (the cache folder is made at run time)."""
-    lines = [s for s in SCRIPT.read_text().splitlines() if s.startswith("export ")]
-    return dict(item.split("=", 1) for line in lines for item in line.split()[1:] if "=" in item)
+    """The values the script's ``export`` lines set on this machine (it picks the code paths
+    by the CPU; the cache folder is made at run time)."""
+    exported = {
+        item.split("=", 1)[0]
+        for line in SCRIPT.read_text().splitlines()
+        if line.strip().startswith("export ")
+        for item in line.split()[1:]
+        if "=" in item
+    }
+    env = script_environment()
+    return {name: env[name] for name in exported if name in env}
 
 
 def run(env: dict[str, str]) -> dict[str, np.ndarray]:
@@ -79,10 +96,9 @@ def test_each_variable_changes_the_digits_but_not_the_values(variable, native) -
 
 
 def test_the_script_runs_its_command_in_that_environment() -> None:
-    out = subprocess.run([str(SCRIPT), sys.executable, "-c",
-                          "import os, json; print(json.dumps(dict(os.environ)))"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
-    env = json.loads(out)
+    env = script_environment()
     assert {k: env.get(k) for k in CHANGED_BY} == perturbed_variables()
+    avx512 = "avx512f" in Path("/proc/cpuinfo").read_text().split()
+    assert env["MKL_CBWR"] == ("AVX2" if avx512 else "COMPATIBLE")
     cache = Path(env["CIRCUITLASSO_CACHE"])
     assert cache.is_dir() and not any(cache.iterdir()), "the perturbed pass starts a fresh cache"

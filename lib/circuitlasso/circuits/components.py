@@ -257,16 +257,17 @@ def _group_sparse_mlp(
     b2 = torch.zeros(q)
     group_of = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     previous = math.inf
+    pre = x @ w1.T + b1
+    residual = torch.relu(pre) @ w2.T + b2 - y
     for _ in range(max_steps):
-        pre = x @ w1.T + b1
-        residual = torch.relu(pre) @ w2.T + b2 - y
         grad_pre = (residual @ w2) * (pre > 0) / (m * q)  # (M, hidden)
         w1 -= step1 * (grad_pre.T @ x)
         b1 -= step1 * grad_pre.sum(0)
         norms = _group_norms(w1, group_of, len(sizes))
         shrink = torch.where(norms > 0, 1 - step1 * lam / norms, 0).clamp(min=0)
         w1 *= shrink[group_of]
-        h = torch.relu(x @ w1.T + b1)
+        pre = x @ w1.T + b1  # also the next step's
+        h = torch.relu(pre)
         residual = h @ w2.T + b2 - y
         hidden_ones = torch.cat([h, ones], 1)
         lip2 = float(torch.linalg.eigvalsh(hidden_ones.T @ hidden_ones)[-1]) / (m * q)
@@ -274,7 +275,7 @@ def _group_sparse_mlp(
         w2 -= step2 * (residual.T @ h) / (m * q)
         b2 -= step2 * residual.sum(0) / (m * q)
         w2 /= max(float(torch.linalg.norm(w2)), 1.0)
-        residual = h @ w2.T + b2 - y
+        residual = h @ w2.T + b2 - y  # also the next step's
         norms = _group_norms(w1, group_of, len(sizes))
         objective = 0.5 * float((residual**2).sum()) / (m * q) + lam * float(norms.sum())
         if abs(previous - objective) <= tol * abs(objective):

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from circuitlasso.circuits.circuit import Circuit, circuit_at_threshold
+from circuitlasso.circuits.circuit import Circuit, circuit_at_threshold, tie_scores
 from circuitlasso.data.graph import Edge
 from circuitlasso.data.interpbench.compile import compile_case, compile_task
 from circuitlasso.data.interpbench.convert import VARIANTS, Variant, to_hooked_transformer
@@ -196,8 +196,11 @@ def edge_ranking(
     scores: Mapping[Edge, float], threshold: float, truth: Iterable[Edge], top: int | None = None
 ) -> pd.DataFrame:
     """Edges by decreasing score: ``kept`` (in the method's circuit at ``threshold``), ``true``
-    (in ``truth``) and whether each endpoint is a node of ``truth``; the first ``top`` rows."""
+    (in ``truth``) and whether each endpoint is a node of ``truth``; the first ``top`` rows.
+    Scores within ``SCORE_TIE_RTOL`` of each other are ties (``tie_scores``), kept in the
+    order of ``scores``, so that rounding does not order them."""
     kept = circuit_at_threshold(scores, threshold).edges
+    tied = tie_scores(scores)
     truth = Circuit(truth)
     rows = [
         {
@@ -211,7 +214,9 @@ def edge_ranking(
         }
         for (parent, child), score in scores.items()
     ]
-    table = pd.DataFrame(rows).sort_values("score", ascending=False, kind="stable")
+    edges = list(scores)  # the rows' order
+    order = sorted(range(len(edges)), key=lambda i: -tied[edges[i]])
+    table = pd.DataFrame([rows[i] for i in order])
     return table.head(top).reset_index(drop=True) if top else table.reset_index(drop=True)
 
 
