@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -15,7 +19,7 @@ from circuitlasso.data.interpbench import (
     get_task,
     to_hooked_transformer,
 )
-from circuitlasso.data.interpbench.compile import COMPILER_BOS
+from circuitlasso.data.interpbench.compile import COMPILER_BOS, FAST_XLA_FLAGS
 
 FAST_CASES = ("3", "11", "13")
 
@@ -146,3 +150,23 @@ def test_every_case_compiles_and_reproduces(case_id):
     assert len(compiled.ground_truth) > 0 and Circuit(compiled.ground_truth).is_acyclic()
     for variant in ("exact", "distractors"):
         _check_reproduces(compiled, variant)
+
+
+WEIGHTS_DIGEST = """
+import hashlib, os, sys, jax, numpy as np
+from circuitlasso.data.interpbench.compile import compile_case
+digest = hashlib.sha256()
+for path, leaf in jax.tree_util.tree_leaves_with_path(compile_case("13").assembled.params):
+    digest.update(str(path).encode() + np.asarray(leaf).tobytes())
+print(os.environ["XLA_FLAGS"], digest.hexdigest())
+"""
+
+
+def test_fast_xla_flags_assemble_the_same_weights() -> None:
+    # XLA_FLAGS unset: compile_task sets the fast flags; set but empty: XLA's defaults
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    runs = [subprocess.run([sys.executable, "-c", WEIGHTS_DIGEST], env=e, capture_output=True,
+                           text=True, check=True).stdout.rsplit(" ", 1)
+            for e in (env, {**env, "XLA_FLAGS": ""})]  # fmt: skip
+    assert runs[0][0] == FAST_XLA_FLAGS and runs[1][0] == ""
+    assert runs[0][1] == runs[1][1]
