@@ -73,16 +73,17 @@ nbval: install
 nbval-perturbed: install
 	tests/perturbed-fp $(NBVAL) notebooks
 
-# five jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
+# seven jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
 # every parallel region wait for a descheduled thread (nbval then took 39 minutes, not 8). The
 # two longest, the book check and the perturbed nbval, start at once; the others take the first
-# core free, in this order. The nbval baselines were made with the default threads, so both
-# output checks still check another summation order. Each job's output is printed whole when it
-# ends.
-test: lint typecheck
+# core free, in this order (lint and type check last, on the core the book check leaves: about
+# 25 minutes of work per core in all). The nbval baselines were made with the default threads,
+# so both output checks still check another summation order. Each job's output is printed
+# whole when it ends.
+test: install
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target checks
 
-checks: book-check nbval-perturbed unit-tests integration-tests nbval
+checks: book-check nbval-perturbed unit-tests integration-tests nbval lint typecheck
 
 baseline: install
 	$(BIN)/circuitlasso reproduce --profile toy --update-baseline
