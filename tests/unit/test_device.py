@@ -18,9 +18,10 @@ on the CPU, ``device=None``) and once on an accelerator:
 - CPU tests: the same paths on :class:`SimulatedCuda`, a stand-in CUDA device on the CPU that
   enforces CUDA's two rules that device bugs break (numpy refuses device tensors; an op refuses
   non-scalar tensors of two devices). The computation is the CPU's, so the results must equal the
-  reference exactly. The fit wrappers must also pass ``device`` on to every solver call they
-  make: the solver entry points they call are wrapped to record it, because a wrapper that drops
-  ``device`` just solves on the CPU and gives the same numbers.
+  reference exactly (the reference solves its working sets by FISTA, as a device does). The fit
+  wrappers must also pass ``device`` on to every solver call they make: the solver entry points
+  they call are wrapped to record it, because a wrapper that drops ``device`` just solves on the
+  CPU and gives the same numbers.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -56,7 +58,8 @@ from circuitlasso.evaluation.ablate import attribution_scores, feature_means, no
 from circuitlasso.evaluation.debias.probes import Probe, pooled_activations
 from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.eap import edge_attribution_patching
-from circuitlasso.solve import block_lasso, lam_max, lasso, lasso_path, logistic_lasso
+from circuitlasso.solve import block_lasso, lam_max, lasso, lasso_path, logistic_lasso, workset
+from circuitlasso.solve.fista import fista
 
 LAYERS = (1, 3)  # the SAE layers: one layer pair, the label read from the last
 N_PROMPTS = 40
@@ -454,8 +457,12 @@ def references() -> dict[str, dict[str, Any]]:
 
 
 def reference(name: str, cpu_setup: Setup, references: dict[str, dict[str, Any]]) -> dict:
+    """The CPU's results, its working sets solved by FISTA as on a device (the CPU's own
+    inner solver, coordinate descent, reaches the same certified objectives by other iterates:
+    `tests/unit/test_coordinate.py`); a stand-in device run does the same wherever it solves."""
     if name not in references:
-        references[name] = PATHS[name].run(cpu_setup)
+        with mock.patch.object(workset, "inner_solver", lambda device: fista):
+            references[name] = PATHS[name].run(cpu_setup)
     return references[name]
 
 
@@ -506,6 +513,7 @@ def test_path_on_simulated_cuda_matches_cpu(
         monkeypatch.setattr(
             feature_circuits, solver, recording(getattr(feature_circuits, solver), calls[solver])
         )
+    monkeypatch.setattr(workset, "inner_solver", lambda device: fista)  # as the reference's
     with simulated(cpu_setup) as setup:
         got = PATHS[name].run(setup)
     assert_same(got, expected, rtol=2 * float(np.finfo(np.float32).eps), atol=0)  # one ulp

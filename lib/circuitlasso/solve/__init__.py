@@ -1,4 +1,4 @@
-"""Certified sparse regression for circuits: FISTA on multi-output Lasso problems (paper Sec. 3).
+"""Certified sparse regression for circuits: multi-output Lasso problems (paper Sec. 3).
 
 Conventions. Observations are rows: X (M, p), Y (M, d). Every problem here is mean-scaled,
 

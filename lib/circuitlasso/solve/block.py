@@ -6,11 +6,9 @@ forbidden coefficients are never variables: they are exactly 0.0 and no N x N ma
 solving (the decomposition of the App. A proof). Shared work: column statistics, the scaled
 Gram (dense, or sparse for sparse X) and the scaled X are computed once for all child blocks.
 
-The algorithm follows the shape of each child's problem: with dense X and few observations
-(M <= PATH_MAX_OBS and fewer than the predictors) its outputs first follow their Lasso paths
-(`circuitlasso.solve.homotopy`), a few dozen exact steps; the working-set engine then certifies
-that point and continues from it wherever the certificate is not met. Otherwise the engine
-starts from zero.
+Each child's outputs are solved by the working-set engine (`circuitlasso.solve.workset`), whose
+inner solver on the CPU, coordinate descent, suits these small, dense, often rank-deficient
+problems (fewer observations than predictors).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from torch import Tensor
 from circuitlasso.solve._inputs import Matrix, as_matrix, per_output
 from circuitlasso.solve._sparse import csr_rows, csr_transpose
 from circuitlasso.solve.fista import StopRule
-from circuitlasso.solve.homotopy import lasso_path_to
 from circuitlasso.solve.lasso import LassoResult, _check_options, to_result
 from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, budget_bytes, gram_share
 from circuitlasso.solve.prepare import GRAM_MAX_ENTRIES, Prepared, check_lam, column_stats
@@ -36,11 +33,6 @@ from circuitlasso.solve.problems import (
     scaled_sparse,
 )
 from circuitlasso.solve.workset import solve_working_sets
-
-PATH_MAX_OBS = 64
-"""Children with at most this many observations (and fewer than their predictors) start from
-their Lasso paths: a path takes about M steps, each as costly as a few first-order iterations,
-so beyond this (measured on GPT-2-family components) the working sets alone are faster."""
 
 
 def upper_triangular_parents(
@@ -174,21 +166,10 @@ class _SharedDesign:
             cross_t = self.gram[targets][:, predictors] * self.norms[targets][:, None]
             yty = self.norms[targets] ** 2
             gram = self.gram[predictors][:, predictors]
-            return GramProblem(gram, cross_t, yty, self.M, self.x.dtype)
+            x_pred = self.xc[:, predictors]
+            return GramProblem(gram, cross_t, yty, self.M, self.x.dtype, x_scaled=x_pred)
         y_t = (self.xc[:, targets] * self.norms[targets]).t().contiguous()
         return DenseProblem(self.xc[:, predictors], y_t, self.x.dtype)
-
-    def path_start(
-        self, problem: LassoProblem, predictors: Tensor, targets: Tensor, lam: Tensor, omega: Tensor
-    ) -> tuple[Tensor, Tensor] | None:
-        """Where the outputs `targets` reach their `lam` on their Lasso paths, as a warm start
-        (W, b) for `problem`, when the problem's shape calls for it (see the module), else None."""
-        if self.sparse or not self.M < predictors.numel() or self.M > PATH_MAX_OBS:
-            return None
-        gram = problem.G if isinstance(problem, GramProblem) else None
-        y = self.xc[:, targets] * self.norms[targets]
-        path = lasso_path_to(self.xc[:, predictors], y, lam, omega, gram=gram)
-        return path.W, path.b.to(problem.dtype)
 
 
 def block_lasso(
@@ -259,7 +240,6 @@ def block_lasso(
             stop=stop,
             max_iter=max_iter,
             memory=memory,
-            init=shared.path_start(prepared.problem, columns[keep], targets, lam_j, omega),
             progress=progress,
         )
         result: LassoResult = to_result(prepared, solution, lam_j, max_iter)

@@ -25,7 +25,8 @@ class LassoResult:
     """Solution of a multi-output Lasso (d outputs, p predictors).
 
     coef: (p, d) dense tensor for dense X, sparse COO tensor for sparse X; (p,) for 1-D y.
-    intercept, gap, objective, lam: (d,) float64; n_iter: (d,) FISTA iterations; converged: (d,)
+    intercept, gap, objective, lam: (d,) float64; n_iter: (d,) inner iterations (coordinate-descent
+    epochs on the CPU, FISTA steps on a GPU); converged: (d,)
     bool. gap is the certified duality gap in objective units (the mean-scaled objective) of
     the coefficients returned, on X and Y as read in the solve's dtype, computed in float64 (up
     to float64 rounding; with dtype float32 the coefficients are then rounded to float32); an

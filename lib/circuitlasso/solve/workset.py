@@ -10,10 +10,11 @@ Each round has two passes over the outputs still pending:
      SET_STEP, at most doubling (a first set: up to an eighth of the violators at b = 0,
      FIRST_SET_SHARE) and never shrinking, so that a set can grow to the full problem
      if it ever has to.
-  2. Solve (buckets of equal working-set size K): batched FISTA on the (B, K, K) Gram blocks G_W,
-     warm-started at b, with cross products X~_W^T y_c = g_W + G_W b from the certificate's
-     gradient (no product with the targets), to an inner gap of
-     max(INNER_FRACTION x certified gap, tol / 2).
+  2. Solve (buckets of equal working-set size K): the subproblems on the (B, K, K) Gram blocks
+     G_W, by coordinate descent on the CPU (`circuitlasso.solve.coordinate`) and batched FISTA
+     on a GPU (`circuitlasso.solve.fista`), warm-started at b, with cross products
+     X~_W^T y_c = g_W + G_W b from the certificate's gradient (no product with the targets), to
+     an inner gap of max(INNER_FRACTION x certified gap, tol / 2).
 Outputs with y_c = 0 are solved by b = 0 without any work; lam >= lam_max is certified at b = 0
 in the first certificate pass, so it returns exact zeros.
 Both passes batch outputs by the bytes a batch allocates, within a memory budget
@@ -22,8 +23,7 @@ Both passes batch outputs by the bytes a batch allocates, within a memory budget
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
+from circuitlasso.solve.coordinate import coordinate_descent
 from circuitlasso.solve.fista import StopRule, bmv, duality_gap, fista
 from circuitlasso.solve.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve.problems import LassoProblem
@@ -44,7 +45,7 @@ SCORE_BYTES = 12 * 8
 CPU_CERTIFICATE_ENTRIES = 2**20
 CPU_SOLVE_ENTRIES = 2**21
 """On the CPU, batches stay small enough for the cache: a certificate batch holds at most
-CPU_CERTIFICATE_ENTRIES gradient entries (8 MiB in float64) and a FISTA batch at most
+CPU_CERTIFICATE_ENTRIES gradient entries (8 MiB in float64) and a solve batch at most
 CPU_SOLVE_ENTRIES Gram-block entries (16 MiB), so that their many passes do not stream from
 main memory. (On a GPU the budget alone sizes them: larger batches there mean fewer kernels.)"""
 SET_STEP = 64
@@ -56,8 +57,9 @@ the KKT conditions at b = 0 (at most FIRST_SET_MAX, at least ws_start): where ma
 correlate with a target its support is large, and each doubling from ws_start towards it would
 cost a certificate pass."""
 FISTA_BYTES = 6 * 8
-"""Bytes per Gram-block entry taken by FISTA: float64 copies of Q alive at once (the batch's,
-its compaction as problems finish, the support systems and their factors)."""
+"""Bytes per Gram-block entry taken by the inner solver: float64 copies of Q alive at once
+(FISTA's: the batch's, its compaction as problems finish, the support systems and their
+factors; coordinate descent takes fewer)."""
 
 
 @dataclass
@@ -68,20 +70,8 @@ class WorkingSetSolution:
     b: Tensor  # (d, K)
     gap: Tensor  # (d,) float64 duality gap, mean scale
     objective: Tensor  # (d,) float64 primal objective, mean scale
-    n_iter: Tensor  # (d,) FISTA iterations
+    n_iter: Tensor  # (d,) inner iterations (epochs or FISTA steps)
     converged: Tensor  # (d,) bool
-
-
-@contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """Run a block with `n` torch threads. The FISTA loop is a long chain of small kernels, for
-    which thread synchronization costs more than it saves (and much more on a busy machine)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _round_size(k: Tensor) -> Tensor:
@@ -283,6 +273,12 @@ def _next_size(
     return torch.maximum(_round_size(target), previous).clamp_max(largest)
 
 
+def inner_solver(device: torch.device) -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
+    """The subproblems' solver on `device`: coordinate descent on the CPU, batched FISTA
+    elsewhere (many small kernels in a compiled loop against a few large batched ones)."""
+    return coordinate_descent if device.type == "cpu" else fista
+
+
 def _solve_buckets(
     problem: LassoProblem,
     budget: _Budget,
@@ -297,7 +293,7 @@ def _solve_buckets(
     n_iter: Tensor,
     inner_converged: Tensor,
 ) -> None:
-    """Batched FISTA on every pending output, grouped by working-set size."""
+    """The subproblem of every pending output, grouped by working-set size."""
     M = problem.n_obs
     sizes = state.size[pending]
     for k in sizes.unique().tolist():
@@ -306,14 +302,15 @@ def _solve_buckets(
         for start in range(0, bucket.numel(), step):
             rows = bucket[start : start + step]
             W, b = state.W[rows, :k], state.b[rows, :k]
-            Q = problem.gram(W).double().div_(M)
-            q = state.g[rows, :k] / M + bmv(Q, b.double())  # X~_W^T y_c / M
-            w = lam[rows].to(omega.dtype).unsqueeze(1) * omega[W]
+            # The subproblem M F(b) in the sum scale: the Gram blocks as they come
+            Q = problem.gram(W).double()
+            q = state.g[rows, :k] + bmv(Q, b.double())  # X~_W^T y_c
+            w = M * lam[rows].to(omega.dtype).unsqueeze(1) * omega[W]
             iterations = max(1, max_iter - int(n_iter[rows].min()))
-            with _threads(1 if rows.numel() * k * k < 2**20 else torch.get_num_threads()):
-                b_new, iters, ok = fista(
-                    Q, q, yty[rows] / M, w, b, inner_tol[rows], stop=stop, max_iter=iterations
-                )
+            scale = M if stop == "gap" else 1  # an absolute gap scales with F, a relative one not
+            b_new, iters, ok = inner_solver(Q.device)(
+                Q, q, yty[rows], w, b, scale * inner_tol[rows], stop=stop, max_iter=iterations
+            )
             state.b[rows, :k] = b_new
             n_iter[rows] += iters
             inner_converged[rows] = ok

@@ -1,5 +1,6 @@
-"""The batched Lasso path (`circuitlasso.solve.homotopy`) against scikit-learn, in its corners,
-and as the start of the component problem's block Lasso when observations are few."""
+"""Coordinate descent (`circuitlasso.solve.coordinate`, the working sets' inner solver on the
+CPU) against scikit-learn in its corners, against FISTA on the same subproblems, and the block
+Lasso of model components with few observations, where it does most of the work."""
 
 from __future__ import annotations
 
@@ -12,19 +13,31 @@ from circuitlasso.circuits.components import standardize
 from circuitlasso.collect import collect_nodes
 from circuitlasso.evaluation.cost import build_model, gpt2_family, random_prompt_pairs
 from circuitlasso.evaluation.solver_check import lasso_objective
-from circuitlasso.solve import block, block_lasso, lam_max
-from circuitlasso.solve.homotopy import lasso_path_to
+from circuitlasso.solve import block_lasso, lam_max
+from circuitlasso.solve.coordinate import coordinate_descent
+from circuitlasso.solve.fista import fista
+
+TOL = 1e-13
+"""Absolute gap tolerance of the direct solves, relative to ||y||^2."""
 
 
-def path_coef(x: np.ndarray, y: np.ndarray, lam: np.ndarray, omega: np.ndarray) -> np.ndarray:
-    """(p, q) coefficients of `lasso_path_to` on float64 copies, every output at its lam."""
+def subproblems(x: np.ndarray, y: np.ndarray, lam: np.ndarray, omega: np.ndarray):  # type: ignore[no-untyped-def]
+    """The Lasso of each column of y (M, q) on x (M, p) as `coordinate_descent`'s problems in
+    the sum scale: Q = X^T X, q = X^T y_j, yty = ||y_j||^2, w = M lam_j omega."""
+    M, n_out = y.shape
     t = torch.from_numpy
-    path = lasso_path_to(t(x), t(y), t(lam), t(omega), gram=t(x.T @ x))
-    assert bool(path.reached.all())
-    coef = np.zeros((x.shape[1], y.shape[1]))
-    for j in range(y.shape[1]):
-        np.add.at(coef[:, j], path.W[j].numpy(), path.b[j].numpy())
-    return coef
+    Q = t(np.broadcast_to(x.T @ x, (n_out, x.shape[1], x.shape[1])).copy())
+    q = t((x.T @ y).T.copy())
+    yty = t((y**2).sum(0))
+    w = t(M * lam[:, None] * omega[None, :])
+    return Q, q, yty, w, torch.zeros_like(q), TOL * yty.clamp_min(1.0)
+
+
+def coordinate_coef(x: np.ndarray, y: np.ndarray, lam: np.ndarray, omega: np.ndarray) -> np.ndarray:
+    """(p, q) coefficients of `coordinate_descent`, every output at its lam, all certified."""
+    b, epochs, converged = coordinate_descent(*subproblems(x, y, lam, omega), max_iter=100_000)
+    assert bool(converged.all()), epochs
+    return b.numpy().T
 
 
 def sklearn_coef(x: np.ndarray, y: np.ndarray, lam: np.ndarray, omega: np.ndarray) -> np.ndarray:
@@ -38,7 +51,7 @@ def sklearn_coef(x: np.ndarray, y: np.ndarray, lam: np.ndarray, omega: np.ndarra
 
 
 @pytest.mark.parametrize("M, p", [(12, 40), (30, 30), (40, 12)])
-def test_the_path_ends_at_the_lasso_solution(M: int, p: int) -> None:
+def test_coordinate_descent_reaches_the_lasso_solution(M: int, p: int) -> None:
     """Gaussian columns (a unique solution), weighted penalties, several lam per batch."""
     rng = np.random.default_rng(M + p)
     x = rng.standard_normal((M, p))
@@ -46,14 +59,14 @@ def test_the_path_ends_at_the_lasso_solution(M: int, p: int) -> None:
     omega = rng.uniform(0.5, 2.0, p)
     top = np.abs(x.T @ y / M / omega[:, None]).max(0)
     lam = top * np.array([0.5, 0.1, 0.03, 0.01, 2.0])  # the last one is above lam_max: b = 0
-    ours = path_coef(x, y, lam, omega)
-    np.testing.assert_allclose(ours, sklearn_coef(x, y, lam, omega), atol=1e-7)
+    ours = coordinate_coef(x, y, lam, omega)
+    np.testing.assert_allclose(ours, sklearn_coef(x, y, lam, omega), atol=1e-6)
     assert not ours[:, -1].any()
 
 
 def test_collinear_and_duplicate_columns_reach_the_optimal_objective() -> None:
     """Duplicated and collinear columns and a zero column: the solution is not unique, the
-    objective is; a feature that would join in the span of the active ones is left out."""
+    objective is."""
     rng = np.random.default_rng(3)
     base = rng.standard_normal((15, 20))
     x = np.column_stack([base, base[:, :4], -3 * base[:, 4:6], np.zeros(15)])
@@ -61,18 +74,53 @@ def test_collinear_and_duplicate_columns_reach_the_optimal_objective() -> None:
     x[:, -1] = 0.0
     y = base[:, :6] @ rng.standard_normal((6, 4))
     lam = np.abs(x.T @ y / 15).max(0) * np.array([0.2, 0.05, 0.01, 0.001])
-    ours = path_coef(x, y, lam, np.ones(x.shape[1]))
+    ours = coordinate_coef(x, y, lam, np.ones(x.shape[1]))
     best = sklearn_coef(x, y, lam, np.ones(x.shape[1]))
     gain = lasso_objective(x, y, ours, 0.0) - lasso_objective(x, y, best, 0.0)
     penalty = lam * (np.abs(ours).sum(0) - np.abs(best).sum(0))
     scale = (y**2).sum(0) / 15
     assert np.all((gain + penalty) / scale <= 1e-9)
+    assert not ours[-1].any()
 
 
 def test_a_zero_target_stays_at_zero() -> None:
     x = np.random.default_rng(0).standard_normal((6, 10))
-    coef = path_coef(x, np.zeros((6, 2)), np.array([0.0, 0.1]), np.ones(10))
+    coef = coordinate_coef(x, np.zeros((6, 2)), np.array([0.0, 0.1]), np.ones(10))
     assert not coef.any()
+
+
+def test_each_problem_is_solved_on_its_own_and_fista_agrees() -> None:
+    """A problem gives the same coefficients to the bit alone as in a batch; FISTA (the inner
+    solver on a GPU) reaches the same objectives within the tolerance, with both stop rules."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20, 60))
+    y = x[:, :8] @ rng.standard_normal((8, 6)) + 0.1 * rng.standard_normal((20, 6))
+    lam = np.abs(x.T @ y / 20).max(0) * 0.05
+    Q, q, yty, w, b0, tol = subproblems(x, y, lam, np.ones(60))
+    b, _, _ = coordinate_descent(Q, q, yty, w, b0, tol)
+    alone, _, _ = coordinate_descent(Q[2:3], q[2:3], yty[2:3], w[2:3], b0[2:3], tol[2:3])
+    assert torch.equal(alone[0], b[2])
+    f_cd = lasso_objective(x, y, b.numpy().T, 0.0) + lam * np.abs(b.numpy()).sum(1)
+    for stop, loose in (("gap", 1e-9), ("objective", 1e-6)):
+        stop_tol = torch.full_like(tol, 1e-9) if stop == "objective" else tol
+        b_f, _, ok = fista(Q, q, yty, w, b0, stop_tol, stop=stop, max_iter=100_000)
+        f_f = lasso_objective(x, y, b_f.numpy().T, 0.0) + lam * np.abs(b_f.numpy()).sum(1)
+        assert bool(ok.all())
+        np.testing.assert_allclose(f_cd, f_f, rtol=loose)
+    b_o, _, ok = coordinate_descent(Q, q, yty, w, b0, torch.full_like(tol, 1e-12), stop="objective")
+    f_o = lasso_objective(x, y, b_o.numpy().T, 0.0) + lam * np.abs(b_o.numpy()).sum(1)
+    assert bool(ok.all())
+    np.testing.assert_allclose(f_o, f_cd, rtol=1e-6)
+
+
+def test_an_unmet_tolerance_is_reported() -> None:
+    """Stopped after one epoch, problems far from their optimum say they did not converge."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((10, 30))
+    y = x @ rng.standard_normal((30, 3))
+    lam = np.abs(x.T @ y / 10).max(0) * 1e-3
+    b, epochs, converged = coordinate_descent(*subproblems(x, y, lam, np.ones(30)), max_iter=1)
+    assert not bool(converged.any()) and epochs.tolist() == [1, 1, 1]
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +142,12 @@ def few_prompt_components() -> tuple[torch.Tensor, list[int], list[list[int]], t
     return x, acts.block_sizes, acts.parents, lam
 
 
-def test_few_observations_start_the_block_lasso_from_the_path(few_prompt_components) -> None:
-    """Each child's outputs are certified at the path's end, with no first-order iteration,
-    and every objective is scikit-learn's within the certified gap; with the path switched off
-    the working sets reach the same objectives to their tolerance."""
+def test_block_lasso_of_few_observation_components_is_certified(few_prompt_components) -> None:
+    """Every output is certified, and its objective is scikit-learn's within the certified
+    gap (fewer observations than predictors: the solution is not unique, the objective is)."""
     x, sizes, parents, lam = few_prompt_components
-    assert x.shape[0] <= block.PATH_MAX_OBS
     result = block_lasso(x, sizes, parents, lam, normalize=False, tol=1e-6, dtype=torch.float64)
-    assert bool(result.converged.all()) and int(result.n_iter.max()) == 0
+    assert bool(result.converged.all())
     offsets = np.cumsum([0, *sizes])
     X = x.numpy()
     for j, allowed in enumerate(parents):
@@ -115,14 +161,3 @@ def test_few_observations_start_the_block_lasso_from_the_path(few_prompt_compone
         )
         ours = result.objective[child].numpy()
         assert np.all(ours - best <= result.gap[child].numpy() + 1e-12)
-    scale = (x**2).sum(0) / x.shape[0]
-    try:
-        block.PATH_MAX_OBS = 0
-        working_sets = block_lasso(
-            x, sizes, parents, lam, normalize=False, tol=1e-6, dtype=torch.float64
-        )
-    finally:
-        block.PATH_MAX_OBS = 64
-    assert int(working_sets.n_iter.max()) > 0
-    difference = (result.objective - working_sets.objective) / scale.clamp_min(1e-300)
-    assert float(difference.max()) <= 1e-12 and float(difference.min()) >= -1e-6

@@ -1,0 +1,217 @@
+"""Coordinate descent on small quadratic Lasso problems: the working sets' inner solver on the CPU.
+
+The problems and the contract are those of `circuitlasso.solve.fista.fista`: B problems
+
+    F(b) = 1/2 b^T Q b - q^T b + yty/2 + sum_k w_k |b_k|,   Q (B, K, K), q (B, K),
+
+each solved on its own by cyclic coordinate descent (one epoch updates every coordinate once
+and costs one product with Q, as one FISTA step does), with Anderson extrapolation over the last
+ANDERSON epochs' iterates, kept only where it lowers F (Bertrand and Massias, "Anderson
+acceleration of coordinate descent", AISTATS 2021). On the small, dense and rank-deficient
+problems of model components (fewer observations than predictors), it needs several times fewer
+epochs than FISTA needs steps, and each epoch is one pass over Q in a compiled loop, where FISTA's
+steps are batched matrix-vector products whose per-call cost dominates at these sizes.
+
+Compiled with numba (cached on disk after the first call). Everything runs in float64, and each
+problem's result depends on its own data only, not on the batch it was solved in. On a GPU the
+working sets keep batched FISTA.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from torch import Tensor
+
+from circuitlasso.solve.fista import StopRule
+
+ANDERSON = 5
+"""Epochs whose iterates one Anderson extrapolation combines."""
+ANDERSON_RIDGE = 1e-10
+"""Tikhonov term of the extrapolation's small system, relative to its trace."""
+
+
+def coordinate_descent(
+    Q: Tensor,
+    q: Tensor,
+    yty: Tensor,
+    w: Tensor,
+    b0: Tensor,
+    tol: Tensor,
+    *,
+    stop: StopRule = "gap",
+    max_iter: int = 10_000,
+    check_every: int = 10,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Minimize F above for B problems on the CPU.
+
+    Q: (B, K, K) symmetric PSD, q: (B, K), yty: (B,) ||y_c||^2 / M, w: (B, K) penalty weights,
+    b0: (B, K) warm start, tol: (B,) absolute gap tolerance (stop="gap", checked every
+    `check_every` epochs) or relative objective decrease over one epoch (stop="objective");
+    max_iter: epochs. Returns b (B, K) in the dtype of b0, epochs (B,) and converged (B,).
+    """
+    b = b0.detach().to("cpu", torch.float64).contiguous().clone()
+    B = b.shape[0]
+    epochs = np.zeros(B, dtype=np.int64)
+    converged = np.zeros(B, dtype=np.bool_)
+    if B and b.shape[1]:
+        _solve_batch(
+            _array(Q),
+            _array(q),
+            _array(yty),
+            _array(w),
+            b.numpy(),
+            _array(tol),
+            stop == "gap",
+            max_iter,
+            check_every,
+            epochs,
+            converged,
+        )
+    elif B:
+        converged[:] = True  # no coordinate: b = () is the minimizer
+    device = b0.device
+    return (
+        b.to(device, b0.dtype),
+        torch.from_numpy(epochs).to(device),
+        torch.from_numpy(converged).to(device),
+    )
+
+
+def _array(t: Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).contiguous().numpy()
+
+
+@numba.njit(cache=True)
+def _solve_batch(Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every, epochs, converged):  # type: ignore[no-untyped-def]
+    for i in range(Q.shape[0]):
+        epochs[i], converged[i] = _solve(
+            Q[i], q[i], yty[i], w[i], b[i], tol[i], stop_gap, max_epochs, check_every
+        )
+
+
+@numba.njit(cache=True)
+def _solve(Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every):  # type: ignore[no-untyped-def]
+    """One problem, b updated in place; returns (epochs, converged)."""
+    K = b.shape[0]
+    Qb = np.empty(K)
+    _product(Q, b, Qb)
+    history = np.zeros((ANDERSON + 1, K))
+    filled = 0
+    trial = np.empty(K)
+    Q_trial = np.empty(K)
+    previous = _objective(q, yty, w, b, Qb)
+    for epoch in range(1, max_epochs + 1):
+        _epoch(Q, q, w, b, Qb)
+        history[filled] = b
+        filled += 1
+        if filled == ANDERSON + 1:
+            filled = 0
+            if _extrapolate(history, trial):
+                _product(Q, trial, Q_trial)
+                if _objective(q, yty, w, trial, Q_trial) < _objective(q, yty, w, b, Qb):
+                    b[:] = trial
+                    Qb[:] = Q_trial
+        if stop_gap:
+            if epoch % check_every == 0 or epoch == max_epochs:
+                _product(Q, b, Qb)  # exact again: the updates accumulate rounding
+                if _gap(q, yty, w, b, Qb) <= tol:
+                    return epoch, True
+        else:
+            current = _objective(q, yty, w, b, Qb)
+            if abs(previous - current) <= tol * abs(current):
+                return epoch, True
+            previous = current
+    return max_epochs, False
+
+
+@numba.njit(cache=True)
+def _epoch(Q, q, w, b, Qb):  # type: ignore[no-untyped-def]
+    """One cyclic pass: b_k <- the minimizer of F over b_k alone, Qb kept equal to Q b."""
+    K = b.shape[0]
+    for k in range(K):
+        curvature = Q[k, k]
+        if curvature <= 0.0:
+            continue  # a zero column: its coefficient stays where it is (0 from any start)
+        old = b[k]
+        z = old - (Qb[k] - q[k]) / curvature
+        threshold = w[k] / curvature
+        new = z - threshold if z > threshold else (z + threshold if z < -threshold else 0.0)
+        if new != old:
+            delta = new - old
+            b[k] = new
+            row = Q[k]
+            for j in range(K):
+                Qb[j] += row[j] * delta
+
+
+@numba.njit(cache=True)
+def _extrapolate(history, out):  # type: ignore[no-untyped-def]
+    """Anderson extrapolation of the iterates history (n+1, K) into out (K,); False if the
+    small system is singular."""
+    n = history.shape[0] - 1
+    K = history.shape[1]
+    U = np.empty((n, K))
+    for j in range(n):
+        for k in range(K):
+            U[j, k] = history[j + 1, k] - history[j, k]
+    C = U @ U.T
+    ridge = ANDERSON_RIDGE * (np.trace(C) + 1e-300)
+    for j in range(n):
+        C[j, j] += ridge
+    z = np.linalg.solve(C, np.ones(n))
+    total = z.sum()
+    if total == 0.0 or not np.isfinite(total):
+        return False
+    for k in range(K):
+        acc = 0.0
+        for j in range(n):
+            acc += z[j] * history[j + 1, k]
+        out[k] = acc / total
+    return True
+
+
+@numba.njit(cache=True)
+def _product(Q, b, out):  # type: ignore[no-untyped-def]
+    """out = Q b for symmetric Q, skipping the zeros of b."""
+    K = b.shape[0]
+    out[:] = 0.0
+    for k in range(K):
+        if b[k] != 0.0:
+            bk = b[k]
+            row = Q[k]
+            for j in range(K):
+                out[j] += row[j] * bk
+
+
+@numba.njit(cache=True)
+def _objective(q, yty, w, b, Qb):  # type: ignore[no-untyped-def]
+    value = yty / 2
+    for k in range(b.shape[0]):
+        value += b[k] * Qb[k] / 2 - q[k] * b[k] + w[k] * abs(b[k])
+    return value
+
+
+@numba.njit(cache=True)
+def _gap(q, yty, w, b, Qb):  # type: ignore[no-untyped-def]
+    """The duality gap of `fista.duality_gap` for one problem (the same dual point s r)."""
+    qb = 0.0
+    bQb = 0.0
+    l1 = 0.0
+    violation = 0.0
+    for k in range(b.shape[0]):
+        qb += q[k] * b[k]
+        bQb += b[k] * Qb[k]
+        l1 += w[k] * abs(b[k])
+        correlation = abs(q[k] - Qb[k])
+        if correlation > 0.0:
+            ratio = correlation / w[k] if w[k] > 0.0 else np.inf
+            violation = max(violation, ratio)
+    rr = yty - 2 * qb + bQb
+    yr = yty - qb
+    s_max = 1.0 / violation if violation > 0.0 else np.inf
+    if rr <= 0.0:
+        return l1  # an exact fit: the dual point 0
+    s = max(min(yr / rr, s_max), -s_max)
+    return max(rr / 2 + l1 - (s * yr - s * s * rr / 2), 0.0)
