@@ -66,7 +66,7 @@ def test_coordinate_descent_reaches_the_lasso_solution(M: int, p: int) -> None:
 
 def test_collinear_and_duplicate_columns_reach_the_optimal_objective() -> None:
     """Duplicated and collinear columns and a zero column: the solution is not unique, the
-    objective is."""
+    objective is; copies of a column (up to sign, after scaling) share its weight evenly."""
     rng = np.random.default_rng(3)
     base = rng.standard_normal((15, 20))
     x = np.column_stack([base, base[:, :4], -3 * base[:, 4:6], np.zeros(15)])
@@ -81,6 +81,13 @@ def test_collinear_and_duplicate_columns_reach_the_optimal_objective() -> None:
     scale = (y**2).sum(0) / 15
     assert np.all((gain + penalty) / scale <= 1e-9)
     assert not ours[-1].any()
+    # of the many solutions, the one that splits weight evenly between copies of a column
+    Q, q, yty, w, b0, _ = subproblems(x, y, lam, np.ones(x.shape[1]))
+    even, _, converged = coordinate_descent(Q, q, yty, w, b0, 1e-9 * yty)
+    even = even.numpy().T
+    assert bool(converged.all()) and np.abs(even[:6]).sum() > 0
+    np.testing.assert_allclose(even[:4], even[20:24], rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(even[4:6], -even[24:26], rtol=1e-4, atol=1e-9)
 
 
 def test_a_zero_target_stays_at_zero() -> None:

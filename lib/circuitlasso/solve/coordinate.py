@@ -30,6 +30,8 @@ ANDERSON = 5
 """Epochs whose iterates one Anderson extrapolation combines."""
 ANDERSON_RIDGE = 1e-10
 """Tikhonov term of the extrapolation's small system, relative to its trace."""
+EQUICORRELATION = 1e-3
+"""A feature is at the penalty's bound where |q_k - (Q b)_k| >= (1 - EQUICORRELATION) w_k."""
 
 
 def coordinate_descent(
@@ -117,6 +119,7 @@ def _solve(Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every):  # type: ig
             if epoch % check_every == 0 or epoch == max_epochs:
                 _product(Q, b, Qb)  # exact again: the updates accumulate rounding
                 if _gap(q, yty, w, b, Qb) <= tol:
+                    _spread(Q, q, yty, w, b, tol)
                     return epoch, True
         else:
             current = _objective(q, yty, w, b, Qb)
@@ -124,6 +127,70 @@ def _solve(Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every):  # type: ig
                 return epoch, True
             previous = current
     return max_epochs, False
+
+
+@numba.njit(cache=True)
+def _spread(Q, q, yty, w, b, tol):  # type: ignore[no-untyped-def]
+    """b moved, where the gap stays within tol, to the least-norm solution on its equicorrelation
+    set: the exact minimizer for the signs of b on its support and the residual's signs on the
+    features at the penalty's bound, with a ridge of machine epsilon ** 0.6 x the mean diagonal
+    (as `fista.polish`). Among the many solutions of a rank-deficient problem it treats
+    duplicate and collinear features alike, where cyclic descent gives the first in order the
+    most weight."""
+    K = b.shape[0]
+    Qb = np.empty(K)
+    _product(Q, b, Qb)
+    signs = np.zeros(K)
+    for k in range(K):
+        correlation = q[k] - Qb[k]
+        if b[k] != 0.0:
+            signs[k] = np.sign(b[k])
+        elif w[k] > 0.0 and abs(correlation) >= (1 - EQUICORRELATION) * w[k]:
+            signs[k] = np.sign(correlation)
+    where = np.nonzero(signs)[0]
+    S = where.size
+    if S == 0:
+        return
+    ridge = np.finfo(np.float64).eps ** 0.6 * np.trace(Q) / K
+    system = np.empty((S, S))
+    rhs = np.empty(S)
+    for i in range(S):
+        for j in range(S):
+            system[i, j] = Q[where[i], where[j]]
+        system[i, i] += ridge
+        rhs[i] = q[where[i]] - w[where[i]] * signs[where[i]]
+    try:
+        factor = np.linalg.cholesky(system)
+    except Exception:  # not numerically positive definite: keep b
+        return
+    solution = _cholesky_solve(factor, rhs)
+    trial = np.zeros(K)
+    for i in range(S):
+        if np.sign(solution[i]) != signs[where[i]]:
+            return
+        trial[where[i]] = solution[i]
+    _product(Q, trial, Qb)
+    if _gap(q, yty, w, trial, Qb) <= tol:
+        b[:] = trial
+
+
+@numba.njit(cache=True)
+def _cholesky_solve(factor, rhs):  # type: ignore[no-untyped-def]
+    """x with L L^T x = rhs for the lower-triangular factor L (S, S)."""
+    S = rhs.size
+    y = np.empty(S)
+    for i in range(S):
+        acc = rhs[i]
+        for j in range(i):
+            acc -= factor[i, j] * y[j]
+        y[i] = acc / factor[i, i]
+    x = np.empty(S)
+    for i in range(S - 1, -1, -1):
+        acc = y[i]
+        for j in range(i + 1, S):
+            acc -= factor[j, i] * x[j]
+        x[i] = acc / factor[i, i]
+    return x
 
 
 @numba.njit(cache=True)

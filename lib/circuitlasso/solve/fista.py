@@ -190,7 +190,7 @@ class _Batch:
 
     def gap(self) -> Tensor:
         """Duality gap at b, (B,)."""
-        return _restricted_gap(self.b, self.Qb, self.q, self.yty, self.w)
+        return restricted_gap(self.b, self.Qb, self.q, self.yty, self.w)
 
     def step(self) -> Tensor:
         """One FISTA step with backtracking and adaptive restart; returns (B,) where L doubled
@@ -231,7 +231,7 @@ class _Batch:
             Q, q, w = self.Q[idx], self.q[idx], self.w[idx]
             b_p = polish(Q, q, w, signs[idx])
             Qb_p = bmv(Q, b_p)
-            gap_p = _restricted_gap(b_p, Qb_p, q, self.yty[idx], w)
+            gap_p = restricted_gap(b_p, Qb_p, q, self.yty[idx], w)
             better = torch.where(finishing[idx], gap_p <= gap[idx], gap_p < 0.5 * gap[idx])
             idx, b_p, Qb_p = idx[better], b_p[better], Qb_p[better]
             self.b[idx], self.Qb[idx], self.v[idx], self.Qv[idx] = b_p, Qb_p, b_p, Qb_p
@@ -280,7 +280,7 @@ def _objective(b: Tensor, Qb: Tensor, q: Tensor, yty: Tensor, w: Tensor) -> Tens
     )
 
 
-def _restricted_gap(b: Tensor, Qb: Tensor, q: Tensor, yty: Tensor, w: Tensor) -> Tensor:
+def restricted_gap(b: Tensor, Qb: Tensor, q: Tensor, yty: Tensor, w: Tensor) -> Tensor:
     bd, qd = b.double(), q.double()
     qb = (qd * bd).sum(1)
     rr = yty - 2 * qb + (bd * Qb.double()).sum(1)
