@@ -1,7 +1,8 @@
 """Cost of the method (paper Propositions 1 and 2): measured solves and the provable regimes.
 
 - `time_block_lasso` solves planted block upper-triangular problems (Eq. 3) over a grid of
-  (M, L, d) and records the wall time, the FISTA iterations and the time per iteration;
+  (M, L, d) and records the wall time, the inner iterations (coordinate-descent epochs on the
+  CPU, FISTA steps on a GPU) and the time per iteration;
   `loglog_slopes` fits the log-log slope of the time in each size (the others held at their
   base values), next to the slopes of Proposition 1's bound M L(L-1) d^2 / 2 on the same grid.
   The solver precomputes the Gram of the predictors once (one O(M N^2) product); after that an
@@ -81,7 +82,7 @@ def time_block_lasso(
 ) -> pd.DataFrame:
     """Best-of-`repeats` certified `block_lasso` solves, one row per (M, L, d) in `configs`.
 
-    Columns: M, L, d, seconds, iterations (most FISTA iterations of any output),
+    Columns: M, L, d, seconds, iterations (most inner iterations of any output),
     seconds_per_iteration, max_gap (largest duality gap / (||y||^2 / M)) and bound
     (M L (L-1) d^2 / 2, Proposition 1 without its 1/sqrt(eps) factor). Each child column gets
     lam = lam_ratio x its lam_max on its parent blocks.
