@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = crossover_grid(
         configs, n_prompts=pairs, repeats=args.repeats, seed=args.seed, progress=True
     )
-    fits = crossover_fit(table)
+    fits = crossover_fit(table) if table["predicted_ratio"].nunique() >= 2 else None
     gpt2 = None
     if not (args.quick or args.no_gpt2_small):
         gpt2 = pd.DataFrame([projected_time_methods(12, 768, 64, n_prompts=64, seed=args.seed)])
@@ -91,7 +91,10 @@ def main(argv: list[str] | None = None) -> dict:
         )
         print(table.round(4).to_string(index=False))
         print("\nlog(measured ratio) ~ log(predicted ratio)")
-        print(fits.round(4).to_string())
+        if fits is None:
+            print("not fitted: the grid has fewer than 2 predicted ratios")
+        else:
+            print(fits.round(4).to_string())
         print(
             f"\npredicted ratio >= 2: {len(expected)} runs, CircuitLasso not measured faster "
             f"than EAP-IG in {len(not_faster)}"
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
         ),
         "predicted_at_least_2_not_faster": len(not_faster),
         "gpt2_small_projected": None if gpt2 is None else json.loads(gpt2.iloc[0].to_json()),
-        **fits.to_dict("index"),
+        **({} if fits is None else fits.to_dict("index")),
     }
     print(json.dumps(result))
     return result
