@@ -1,4 +1,4 @@
-"""Solver benchmark: CircuitLasso's FISTA against scikit-learn, celer and skglm.
+"""Solver benchmark: CircuitLasso's working-set solver against scikit-learn, celer and skglm.
 
 Four problems, every method measured in the same run, same data, same penalty, same tolerance:
   sae      M=8551 observations, p=d=32768 SAE-like features (about 64 active per row, power-law
