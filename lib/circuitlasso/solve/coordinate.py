@@ -11,6 +11,8 @@ acceleration of coordinate descent", AISTATS 2021). On the small, dense and rank
 problems of model components (fewer observations than predictors), it needs several times fewer
 epochs than FISTA needs steps, and each epoch is one pass over Q in a compiled loop, where FISTA's
 steps are batched matrix-vector products whose per-call cost dominates at these sizes.
+A problem that meets its tolerance ends, where the gap stays within it, at the least-norm
+solution on its equicorrelation set (`_spread`): copies of a column share its weight.
 
 Compiled with numba (cached on disk after the first call). Everything runs in float64, and each
 problem's result depends on its own data only, not on the batch it was solved in. On a GPU the
@@ -227,7 +229,10 @@ def _extrapolate(history, out):  # type: ignore[no-untyped-def]
     ridge = ANDERSON_RIDGE * (np.trace(C) + 1e-300)
     for j in range(n):
         C[j, j] += ridge
-    z = np.linalg.solve(C, np.ones(n))
+    try:
+        z = np.linalg.solve(C, np.ones(n))
+    except Exception:  # singular: no extrapolation this time
+        return False
     total = z.sum()
     if total == 0.0 or not np.isfinite(total):
         return False
