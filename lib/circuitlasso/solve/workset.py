@@ -56,7 +56,7 @@ FIRST_SET_MAX = 64
 the KKT conditions at b = 0 (at most FIRST_SET_MAX, at least ws_start): where many features
 correlate with a target its support is large, and each doubling from ws_start towards it would
 cost a certificate pass."""
-FISTA_BYTES = 6 * 8
+INNER_SOLVER_BYTES = 6 * 8
 """Bytes per Gram-block entry taken by the inner solver: float64 copies of Q alive at once
 (FISTA's: the batch's, its compaction as problems finish, the support systems and their
 factors; coordinate descent takes fewer)."""
@@ -128,7 +128,7 @@ class _Budget:
         return self.problem.gradient_bytes() + SCORE_BYTES * self.problem.n_features
 
     def _solve_bytes(self, k: int) -> int:
-        return self.problem.gram_bytes(k) + FISTA_BYTES * k * k
+        return self.problem.gram_bytes(k) + INNER_SOLVER_BYTES * k * k
 
     def certificate_batch(self) -> int:
         step = batch_size(self._free(), self._certificate_bytes())
