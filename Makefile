@@ -30,9 +30,11 @@ browser:
 MIRROR := $(or $(CIRCUITLASSO_MIRROR),$(wildcard $(abspath ../shared/data)))
 
 # the book's profiles (toy, and the real model where it answers), rendered; it ends with a table of
-# each stage's seconds and the files it wrote to the cache
+# each stage's seconds and the files it wrote to the cache. Two sections run at once, on one thread
+# each: most of a section's work is on one core (imports, Python, the compiled solver loops)
+BOOK_JOBS ?= 2
 book: install
-	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce --render
+	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce --render --jobs $(BOOK_JOBS)
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
 lint: install

@@ -13,12 +13,12 @@ Every write goes to a temporary file in the destination folder and is moved into
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import secrets
 import shutil
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -32,6 +32,7 @@ from circuitlasso.executor import Executor, get_executor
 
 CACHE_ENV = "CIRCUITLASSO_CACHE"
 MIRROR_ENV = "CIRCUITLASSO_MIRROR"
+WRITE_LOG_ENV = "CIRCUITLASSO_WRITE_LOG"  # a file each completed write appends its path to
 
 T = TypeVar("T")
 
@@ -81,7 +82,9 @@ def atomic_path(path: str | Path, *, mode: int | None = None) -> Iterator[Path]:
 
     The temporary file is removed if the block raises, so ``path`` is either absent or complete.
     The file gets the permissions ``mode``, or by default those of any new file under the umask.
-    Every file the library writes goes through here.
+    Every file the library writes goes through here; where ``$CIRCUITLASSO_WRITE_LOG`` names a
+    file, each completed write appends its path there (how a book build counts what each of its
+    stages wrote, :func:`circuitlasso.presentation.reproduce.run_stage`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +97,10 @@ def atomic_path(path: str | Path, *, mode: int | None = None) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    log = os.environ.get(WRITE_LOG_ENV)
+    if log:
+        with open(log, "a", encoding="utf-8") as lines:
+            lines.write(f"{path.resolve()}\n")
 
 
 def sha256_of(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
@@ -263,7 +270,8 @@ def load_or_compute_chunks(
     """Return ``[fn(0), ..., fn(n_chunks - 1)]``, each chunk cached on its own (resumable).
 
     Chunk ``i`` is saved atomically to ``results/<key>/chunk_<i>.pt`` as soon as it is computed,
-    so a rerun after an interruption computes only the missing chunks. ``key`` must already
+    with the seconds ``fn(i)`` took beside it (:func:`chunk_seconds` reads them back), so a rerun
+    after an interruption computes only the missing chunks. ``key`` must already
     determine the chunking (include the chunk size in :func:`cache_key`). ``progress=False``
     hides the progress bar (it counts finished chunks). ``executor``: where the missing chunks
     are computed (:func:`circuitlasso.executor.get_executor`; default here, one after another).
@@ -275,7 +283,7 @@ def load_or_compute_chunks(
         raise ValueError(f"n_chunks must be >= 0, got {n_chunks}")
     folder = _results_dir(root) / (key or "")  # not read when key is None
     saved = key is not None
-    missing = [i for i in range(n_chunks) if not (saved and _chunk_path(folder, i).is_file())]
+    missing = [i for i in range(n_chunks) if not (saved and _is_saved(folder, i))]
     task = _SavedChunk(fn, folder) if saved else fn
     computed: dict[int, T] = {}
     with tqdm(
@@ -293,15 +301,43 @@ def load_or_compute_chunks(
     ]
 
 
+def chunk_seconds(key: str, n_chunks: int, *, root: str | Path | None = None) -> float:
+    """Seconds the ``n_chunks`` chunks saved under ``key`` took to compute, summed: the time of a
+    first run, read back however the chunks were obtained since (computed or loaded)."""
+    folder = _results_dir(root) / key
+    unsaved = [i for i in range(n_chunks) if not _is_saved(folder, i)]
+    if unsaved:
+        raise FileNotFoundError(f"chunks {unsaved[:5]} of {key} are not saved under {folder}")
+    return sum(float(_seconds_path(folder, i).read_text()) for i in range(n_chunks))
+
+
 def _chunk_path(folder: Path, i: int) -> Path:
     return folder / f"chunk_{i:06d}.pt"
 
 
+def _seconds_path(folder: Path, i: int) -> Path:
+    return folder / f"chunk_{i:06d}.seconds"
+
+
+def _is_saved(folder: Path, i: int) -> bool:
+    return _chunk_path(folder, i).is_file() and _seconds_path(folder, i).is_file()
+
+
 class _SavedChunk:
-    """``fn(i)``, saved atomically to its chunk file before it is returned."""
+    """``fn(i)``, saved atomically to its chunk file before it is returned, its seconds first
+    (so a saved chunk always has them)."""
 
     def __init__(self, fn: Callable[[int], T], folder: Path) -> None:
         self.fn, self.folder = fn, folder
 
     def __call__(self, i: int) -> Any:
-        return _load_or_save(_chunk_path(self.folder, i), functools.partial(self.fn, i))
+        import torch
+
+        start = time.perf_counter()
+        value = self.fn(i)
+        seconds = time.perf_counter() - start
+        with atomic_path(_seconds_path(self.folder, i)) as tmp:
+            tmp.write_text(repr(seconds))
+        with atomic_path(_chunk_path(self.folder, i)) as tmp:
+            torch.save(value, tmp)
+        return value

@@ -42,6 +42,18 @@ class Stopwatch:
         yield
         self._close(name, start, add)
 
+    def record(self, name: str, seconds: float | None) -> float:
+        """Add the stage ``name`` with ``seconds`` measured elsewhere (work done before and read
+        back, such as cached features with the seconds of their first collection); the next
+        :meth:`lap` starts now."""
+        if seconds is None:
+            raise ValueError(f"the seconds of stage {name!r} are unknown")
+        if name in self.laps:
+            raise ValueError(f"stage {name!r} was already timed")
+        self.laps[name] = float(seconds)
+        self._mark = time.perf_counter()
+        return self.laps[name]
+
     @property
     def total(self) -> float:
         """Seconds of every closed stage together."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -249,3 +250,36 @@ def test_load_or_compute_chunks_resumes_after_interruption(tmp_path: Path) -> No
     chunks = cache.load_or_compute_chunks(key, 4, chunk, root=tmp_path)
     assert computed == [0, 1, 2, 3]  # chunks 0 and 1 were read back, not recomputed
     torch.testing.assert_close(torch.stack(chunks), torch.arange(4.0)[:, None].expand(4, 3))
+
+
+def test_chunk_seconds_are_those_of_the_first_computation(tmp_path: Path) -> None:
+    def chunk(i: int) -> torch.Tensor:
+        time.sleep(0.05 * (i + 1))
+        return torch.full((2,), float(i))
+
+    key = cache.cache_key(collector="timed")
+    cache.load_or_compute_chunks(key, 3, chunk, root=tmp_path)
+    first = cache.chunk_seconds(key, 3, root=tmp_path)
+    assert 0.3 <= first < 1.0  # 0.05 + 0.1 + 0.15 s of sleep
+
+    loaded = time.perf_counter()
+    cache.load_or_compute_chunks(key, 3, chunk, root=tmp_path)
+    assert time.perf_counter() - loaded < 0.3  # read back, not slept again
+    assert cache.chunk_seconds(key, 3, root=tmp_path) == first
+
+
+def test_a_chunk_without_its_seconds_is_computed_again(tmp_path: Path) -> None:
+    computed: list[int] = []
+
+    def chunk(i: int) -> torch.Tensor:
+        computed.append(i)
+        return torch.full((2,), float(i))
+
+    key = cache.cache_key(collector="seconds lost")
+    cache.load_or_compute_chunks(key, 2, chunk, root=tmp_path)
+    (tmp_path / "results" / key / "chunk_000001.seconds").unlink()
+    with pytest.raises(FileNotFoundError, match=r"chunks \[1\]"):
+        cache.chunk_seconds(key, 2, root=tmp_path)
+    cache.load_or_compute_chunks(key, 2, chunk, root=tmp_path)
+    assert computed == [0, 1, 1]
+    assert cache.chunk_seconds(key, 2, root=tmp_path) >= 0

@@ -6,6 +6,7 @@ averages ``sae.encode`` over the positions that do not hold the BOS / EOS / PAD 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
 
 from circuitlasso import cache
-from circuitlasso.collect import collect_sae_features, fresh_features
+from circuitlasso.collect import collect_sae_features
 from circuitlasso.collect.features import model_fingerprint
 from circuitlasso.data import models
 from circuitlasso.data.targets import binary_labels
@@ -324,17 +325,37 @@ def test_default_cache_dir_is_the_cache_root(
     assert len(list((tmp_path / "root" / "results").glob("*/chunk_*.pt"))) == 2
 
 
-def test_fresh_features_are_the_collectors_and_leave_no_cache(
-    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_same_prompts_in_another_order_share_the_cache(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path, forward_calls: list[int]
 ) -> None:
-    default = tmp_path / "default"
-    monkeypatch.setenv(cache.CACHE_ENV, str(default))
-    found = fresh_features(model, saes, PROMPTS, batch_size=4)
-    reference = collect_sae_features(model, saes, PROMPTS, batch_size=4, cache_dir=tmp_path / "own")
-    assert found.keys() == reference.keys()
-    for layer in found:
-        np.testing.assert_array_equal(found[layer].toarray(), reference[layer].toarray())
-    assert not default.exists() or not any(default.rglob("*"))  # nothing cached for a rerun
+    first = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    assert forward_calls[0] == 3
+    shuffled = [PROMPTS[i] for i in (4, 0, 6, 2, 5, 1, 3)]
+    second = collect_sae_features(model, saes, shuffled, batch_size=3, cache_dir=tmp_path)
+    assert forward_calls[0] == 3  # loaded, not run again
+    for layer in saes:
+        assert (second[layer] != first[layer][[4, 0, 6, 2, 5, 1, 3]]).nnz == 0
+    assert len(list((tmp_path / "results").iterdir())) == 1
+
+
+def test_compute_seconds_are_those_of_a_first_run_when_loaded(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path
+) -> None:
+    def slow_batch(*args: object) -> None:
+        time.sleep(0.2)
+
+    handle = model.embed.register_forward_hook(slow_batch)
+    try:
+        first = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    finally:
+        handle.remove()
+    assert first.compute_seconds is not None and first.compute_seconds >= 3 * 0.2
+    started = time.perf_counter()
+    loaded = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    took = time.perf_counter() - started
+    assert loaded.compute_seconds is not None and loaded.compute_seconds >= 3 * 0.2 > took
+    uncached = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache=False)
+    assert uncached.compute_seconds is not None and uncached.compute_seconds < 3 * 0.2
 
 
 def test_interrupted_run_resumes_from_saved_batches(
@@ -351,7 +372,9 @@ def test_interrupted_run_resumes_from_saved_batches(
     finally:
         handle.remove()
     saved = list((tmp_path / "results").rglob("*"))
-    assert [p.name for p in saved if p.is_file()] == ["chunk_000000.pt"]  # no partial file
+    # no partial file: the first batch and its seconds
+    files = sorted(p.name for p in saved if p.is_file())
+    assert files == ["chunk_000000.pt", "chunk_000000.seconds"]
 
     z = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
     assert forward_calls[0] == 2 + 2  # two before the interruption, the two missing batches after

@@ -277,10 +277,7 @@ def test_the_build_ends_with_a_table_of_its_stages(
     """Each section's seconds and the files it wrote to the cache."""
     monkeypatch.setenv("CIRCUITLASSO_CACHE", str(tmp_path / "cache"))
     project.params.joinpath("toy.yaml").write_text("alpha:\n  lam: 0.1\nbeta:\n  width: 4\n")
-    nb = nbformat.read(project.template("alpha"), as_version=4)
-    writes = "import os, pathlib\nroot = pathlib.Path(os.environ['CIRCUITLASSO_CACHE'])"
-    nb.cells.append(nbformat.v4.new_code_cell(writes + "\nroot.mkdir()\n(root / 'a').touch()"))
-    nbformat.write(nb, project.template("alpha"))
+    _append(project, "alpha", _cache_writes(1))
     assert (
         main(["reproduce", "--root", str(project.root), "--profile", "toy", "--no-progress"]) == 0
     )
@@ -291,6 +288,70 @@ def test_the_build_ends_with_a_table_of_its_stages(
     assert rows["alpha"][0] == "toy" and rows["alpha"][2:] == ["1", "new", "files"]
     seconds = float(rows["alpha"][1]) + float(rows["beta"][1])
     assert float(rows["total"][0]) == pytest.approx(seconds, abs=0.11)
+
+
+def _append(project: rp.Project, section: str, source: str) -> None:
+    nb = nbformat.read(project.template(section), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    nbformat.write(nb, project.template(section))
+
+
+def _cache_writes(n: int) -> str:
+    """A cell writing ``n`` files into the cache, as the library writes them."""
+    return (
+        "from circuitlasso.cache import atomic_path, cache_root\n"
+        f"for i in range({n}):\n"
+        "    with atomic_path(cache_root() / f'{profile}-{i}') as tmp:\n"
+        "        tmp.write_text('x')"
+    )
+
+
+def _meet(mine: Path, other: Path) -> str:
+    """A cell that marks ``mine`` and waits up to 60 s for ``other``: it ends only if both
+    sections run at once."""
+    return (
+        "import os, pathlib, time\n"
+        f"pathlib.Path({str(mine)!r}).touch()\n"
+        "deadline = time.monotonic() + 60\n"
+        f"while not pathlib.Path({str(other)!r}).exists():\n"
+        "    assert time.monotonic() < deadline, 'the other section never started'\n"
+        "    time.sleep(0.05)\n"
+        "print('threads', os.environ.get('OMP_NUM_THREADS'))"
+    )
+
+
+@pytest.mark.slow
+def test_jobs_run_sections_side_by_side_and_count_each_ones_cache_writes(
+    project: rp.Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("CIRCUITLASSO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(rp.os, "cpu_count", lambda: 4)
+    (project.params / "real.yaml").write_text("beta:\n  width: 8\n")
+    _append(
+        project, "alpha", _meet(tmp_path / "alpha", tmp_path / "beta") + "\n" + _cache_writes(2)
+    )
+    _append(project, "beta", _meet(tmp_path / "beta", tmp_path / "alpha") + "\n" + _cache_writes(3))
+    args = ["reproduce", "--root", str(project.root), "--profile", "toy", "real", "--jobs", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    table = out.split("wrote ")[-1].splitlines()[1:]
+    rows = {line.split()[0]: line.split()[1:] for line in table[2:]}
+    assert rows["beta"][0] == "real" and rows["beta"][2:] == ["3", "new", "files"]
+    assert rows["alpha"][0] == "toy" and rows["alpha"][2:] == ["2", "new", "files"]
+    assert table[-1].startswith("wall clock (stages side by side)")
+    for section in ("alpha", "beta"):
+        outputs = nbformat.read(project.executed(section), as_version=4).cells[-1].outputs
+        assert outputs[0]["text"].strip() == "threads 2"  # 4 cores, 2 jobs
+
+
+@pytest.mark.slow
+def test_a_failing_section_among_jobs_is_named(project: rp.Project) -> None:
+    _append(project, "beta", "raise RuntimeError('boom')")
+    plans = {s: rp.resolve_parameters(project, "toy", s, {}) for s in ("alpha", "beta")}
+    with pytest.raises(rp.ReproduceError, match=r"'beta' failed in cell 3 .*RuntimeError: boom"):
+        rp.run_stages(project, plans, jobs=2, report=lambda line: None)
+    assert project.executed("alpha").is_file()  # the other section still ran to its end
 
 
 def test_make_nbval_runs_the_notebooks_the_book_does_not_run_as_nbval_would() -> None:

@@ -52,6 +52,21 @@ def test_a_stage_is_timed_once() -> None:
         pass
 
 
+def test_a_recorded_stage_keeps_its_seconds_and_the_next_lap_starts_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = iter([0.0, 5.0, 7.0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
+    clock = Stopwatch()  # made at 0
+    assert clock.record("collect (first run)", 42.0) == 42.0  # read back at 5
+    assert clock.lap("fit") == 2.0  # from 5, not from 0
+    assert clock.laps == {"collect (first run)": 42.0, "fit": 2.0}
+    with pytest.raises(ValueError, match="already timed"):
+        clock.record("fit", 1.0)
+    with pytest.raises(ValueError, match="seconds of stage 'load' are unknown"):
+        clock.record("load", None)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="samples /proc/self/statm")
 def test_peak_memory_sees_a_block_freed_before_it_is_read() -> None:
     with PeakMemory(interval=0.001) as memory:

@@ -9,15 +9,16 @@ pass stops after the last block an SAE reads, and each batch's averages become s
 (:func:`circuitlasso.cache.load_or_compute_chunks`) under a key naming the model and the SAEs (a
 hash of every byte of their weights), the prompts' tokens and the hooks: a rerun loads them, an
 interrupted run resumes after the last saved batch; ``cache=False`` reads and writes nothing.
-:func:`fresh_features` collects into an empty temporary cache: the work and time of a first run.
+Each batch's compute seconds are kept beside it, so the features report the time of a first run
+even when they are loaded (``Z.compute_seconds``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ import scipy.sparse as sp
 import torch
 from sae_lens import SAE
 
-from circuitlasso.cache import cache_key, load_or_compute_chunks
+from circuitlasso.cache import cache_key, chunk_seconds, load_or_compute_chunks
 from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.executor import Executor
@@ -42,7 +43,7 @@ from circuitlasso.forward import (
     to_dense,
 )
 
-SAE_COLLECTOR_VERSION = 2  # part of the cache key; bump when the stored chunks change meaning
+SAE_COLLECTOR_VERSION = 3  # part of the cache key; bump when the stored chunks change meaning
 
 
 def _hash_tensor(digest: hashlib._Hash, name: str, t: torch.Tensor) -> None:
@@ -186,6 +187,12 @@ def collect_sae_features(
     attached to the model or the SAEs are not part of the key: pass ``cache=False`` when they
     change the activations.
     ``cache=False`` computes every batch without hashing, reading or writing anything on disk.
+    Prompts are batched in an order that depends on their tokens and text alone, so the same
+    prompts in another order share the entry (rows still follow ``prompts``).
+
+    ``Z.compute_seconds`` is the time of a first run, cached or not: this call's tokenizing,
+    hashing and stacking plus the seconds each batch took when it was computed (recorded beside
+    it in the cache, :func:`circuitlasso.cache.chunk_seconds`).
 
     ``executor``: where the batches run (see :mod:`circuitlasso.executor`). With ``"ray"`` (or
     a configured :class:`~circuitlasso.executor.RayExecutor`, e.g. ``gpus_per_task=1``) the
@@ -207,6 +214,7 @@ def collect_sae_features(
     layers = sorted(saes)
     hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in layers}
     special_ids = special_token_ids(model)
+    start = time.perf_counter()
     batches, order = batches_by_length(model, prompts, batch_size)
     members = [order[s : s + batch_size].tolist() for s in range(0, len(prompts), batch_size)]
 
@@ -219,7 +227,7 @@ def collect_sae_features(
             model=model.cfg.model_name,
             model_fingerprint=model_fingerprint(model),
             saes=[[layer, hooks[layer], sae_fingerprint(saes[layer])] for layer in layers],
-            prompts=_prompts_hash(prompts),
+            prompts=_prompts_hash([prompts[i] for i in order]),  # the same in any order
             tokens=_tokens_hash(batches),
             n_prompts=len(prompts),
             batch_size=batch_size,
@@ -230,6 +238,7 @@ def collect_sae_features(
         )
     hook_names = sorted(set(hooks.values()))
     stop = stop_at_layer(hook_names)
+    setup = time.perf_counter() - start
 
     def chunk(i: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         tokens, real = batches[i]
@@ -271,6 +280,10 @@ def collect_sae_features(
         progress=progress,
         executor=executor,
     )
+    batches_seconds = time.perf_counter() - start - setup
+    if key is not None:
+        batches_seconds = chunk_seconds(key, len(batches), root=cache_dir)
+    start = time.perf_counter()
     inverse = np.argsort(order)  # row i of the stacked batches is prompt order[i]
     result = {}
     for j, layer in enumerate(layers):
@@ -282,25 +295,5 @@ def collect_sae_features(
             for indptr, indices, data in (c[j] for c in chunks)
         ]
         result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)[inverse]
-    return LayerFeatures(result)
-
-
-def fresh_features(
-    model: Model,
-    saes: Mapping[int, SAE],
-    prompts: Sequence[str],
-    *,
-    batch_size: int = 64,
-    progress: bool = False,
-) -> LayerFeatures:
-    """:func:`collect_sae_features` (``{layer: (M, D)}``) into an empty temporary cache, removed
-    afterwards: the work and time of a first run."""
-    with tempfile.TemporaryDirectory() as fresh:
-        return collect_sae_features(
-            model,
-            dict(saes),
-            list(prompts),
-            batch_size=batch_size,
-            cache_dir=fresh,
-            progress=progress,
-        )
+    stack = time.perf_counter() - start
+    return LayerFeatures(result, compute_seconds=setup + batches_seconds + stack)

@@ -20,9 +20,12 @@ import scipy.sparse as sp
 class LayerFeatures(Mapping):
     """``{layer: (M, D_layer)}`` features of the same M prompts; ``Z[layer]`` one layer's matrix
     (sparse CSR or dense), ``Z[rows]`` (an integer or boolean array, a list or a slice) the rows
-    ``rows`` of every layer."""
+    ``rows`` of every layer. ``compute_seconds``: what computing them took on a first run, where
+    known (:func:`~circuitlasso.collect.collect_sae_features` sets it, cached or not; rows taken
+    from them do not have it)."""
 
-    def __init__(self, layers: Mapping[int, Any]) -> None:
+    def __init__(self, layers: Mapping[int, Any], *, compute_seconds: float | None = None) -> None:
+        self.compute_seconds = compute_seconds
         if not layers:
             raise ValueError("LayerFeatures needs the features of at least one layer")
         self._layers: dict[int, Any] = {}

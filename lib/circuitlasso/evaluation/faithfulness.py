@@ -7,9 +7,9 @@ compared and how it is tabulated.
 
 - Sentences: a class-balanced evaluation set of test sentences and a reference set of training
   sentences for the ablation means (:func:`evaluation_sentences`).
-- Runtime: a first run's feature collection
-  (:func:`~circuitlasso.collect.features.fresh_features`, an empty temporary cache) and named
-  consecutive stages (:class:`Stopwatch`).
+- Runtime: a first run's feature collection (``LayerFeatures.compute_seconds``, the seconds
+  recorded when the cached batches were computed) and named consecutive stages
+  (:class:`Stopwatch`).
 - Node rankings (:func:`node_rankings`): CircuitLasso's, the features of a traced circuit's
   surrogate by their effect on the readout (:func:`trace_surrogate`); the attribution
   baseline's, every feature by ``|IG score|`` (:func:`attribution_baseline`); and a seeded random

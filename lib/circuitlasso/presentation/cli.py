@@ -4,24 +4,15 @@ real model's SAEs, write a circuit's interactive explorer."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 from circuitlasso.presentation import reproduce as rp
 from circuitlasso.timing import Stopwatch
-
-
-@contextmanager
-def _stage(stages: list[rp.StageTime], name: str, profile: str) -> Iterator[None]:
-    """Time a block as one stage of the build, with the cache files it wrote."""
-    before, clock = rp.cache_files(), Stopwatch()
-    yield
-    seconds = clock.lap(name)
-    stages.append(rp.StageTime(name, profile, seconds, len(rp.cache_files() - before)))
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -39,22 +30,21 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise rp.ReproduceError("--update-baseline needs --profile toy and no -p overrides")
     if args.check and overrides:
         raise rp.ReproduceError("--check compares with the profile's reference: no -p overrides")
-    stages: list[rp.StageTime] = []
-    for section, parameters in plans.items():
-        print(f"[{section}] profile={chosen[section]} parameters={json.dumps(parameters)}",
-              flush=True)  # fmt: skip
-        with _stage(stages, section, chosen[section]):
-            out = rp.run_section(project, section, parameters, progress=not args.no_progress)
-        print(f"[{section}] wrote {out}", flush=True)
-        if args.update_baseline:
+    clock = Stopwatch()
+    stages = rp.run_stages(project, plans, jobs=args.jobs, progress=not args.no_progress,
+                           report=functools.partial(print, flush=True))  # fmt: skip
+    if args.update_baseline:
+        for section in plans:
             rp.update_baseline(project, section)
             print(f"[{section}] updated template outputs {project.template(section)}", flush=True)
     print(f"wrote {rp.write_build_info(project)}")
     if args.render:
-        with _stage(stages, "render (jupyter-book build)", ""):
-            jupyter_book = Path(sys.executable).parent / "jupyter-book"
-            subprocess.run([str(jupyter_book), "build", str(project.root)], check=True)
-    print(rp.stage_table(stages), flush=True)
+        render = Stopwatch()
+        jupyter_book = Path(sys.executable).parent / "jupyter-book"
+        subprocess.run([str(jupyter_book), "build", str(project.root)], check=True)
+        stages.append(rp.StageTime("render (jupyter-book build)", "", render.lap("render"), 0))
+    wall = clock.lap("build") if args.jobs > 1 else None
+    print(rp.stage_table(stages, wall), flush=True)
     if not args.check:
         return 0
     problems: dict[str, list[str]] = {}
@@ -224,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after running, compare each section's JSON summary with the profile's reference "
         "(notebooks/reference/PROFILE.yaml: values and tolerances); exit 1 on any departure",
+    )
+    rep.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N sections at once, each kernel on cores/N threads (the real model's sections "
+        "first; no progress bars); default 1",
     )
     rep.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
     rep.set_defaults(func=_reproduce)

@@ -15,7 +15,11 @@ from __future__ import annotations
 import ast
 import json
 import math
-from collections.abc import Iterable, Mapping
+import multiprocessing
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,8 @@ from typing import Any
 import nbformat
 import yaml
 
-from circuitlasso.cache import atomic_path, cache_root
+from circuitlasso.cache import WRITE_LOG_ENV, atomic_path, cache_root
+from circuitlasso.timing import Stopwatch
 
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
@@ -255,12 +260,6 @@ def run_section(
     return out
 
 
-def cache_files() -> set[Path]:
-    """Every file under the cache root (:func:`circuitlasso.cache.cache_root`)."""
-    root = cache_root()
-    return {p for p in root.rglob("*") if p.is_file()} if root.is_dir() else set()
-
-
 @dataclass(frozen=True)
 class StageTime:
     """One stage of a build: ``seconds`` of wall time and the ``new_cache_files`` it wrote."""
@@ -277,11 +276,85 @@ class StageTime:
         return "nothing new" if self.new_cache_files == 0 else f"{self.new_cache_files} new files"
 
 
-def stage_table(stages: Iterable[StageTime]) -> str:
-    """The stages as a text table (stage, profile, seconds, new cache files) with a total."""
+def run_stage(
+    project: Project, section: str, parameters: Mapping[str, Any], *, progress: bool = True
+) -> StageTime:
+    """:func:`run_section`, timed, with the number of cache files its kernel wrote (each write
+    under the cache root that :func:`circuitlasso.cache.atomic_path` logs while it runs)."""
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "writes"
+        os.environ[WRITE_LOG_ENV] = str(log)  # the kernel papermill starts inherits it
+        try:
+            clock = Stopwatch()
+            run_section(project, section, parameters, progress=progress)
+            seconds = clock.lap(section)
+        finally:
+            del os.environ[WRITE_LOG_ENV]
+        written = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+    root = cache_root().resolve()
+    new = {line for line in written if Path(line).is_relative_to(root)}
+    return StageTime(section, str(parameters.get("profile", "toy")), seconds, len(new))
+
+
+def run_stages(
+    project: Project,
+    plans: Mapping[str, Mapping[str, Any]],
+    *,
+    jobs: int = 1,
+    progress: bool = True,
+    report: Callable[[str], None] = print,
+) -> list[StageTime]:
+    """:func:`run_stage` of each ``section -> parameters`` of ``plans``; their times in the order
+    of ``plans``. ``report`` gets a line as each section starts and ends.
+
+    ``jobs > 1`` runs that many sections at once, each in its own process whose kernel gets
+    ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``, unless already set): two kernels of two
+    threads on two cores make every parallel region wait for a descheduled thread. Sections of
+    a profile other than ``toy`` (the real models, the longest) start first, then the others in
+    order; progress bars are off. The first failure stops new sections from starting and is
+    raised once the running ones end.
+    """
+    if jobs < 1:
+        raise ReproduceError(f"jobs must be at least 1, got {jobs}")
+    if jobs == 1:
+        stages = []
+        for section, parameters in plans.items():
+            report(f"[{section}] profile={parameters.get('profile')} "
+                   f"parameters={json.dumps(dict(parameters))}")  # fmt: skip
+            stages.append(run_stage(project, section, parameters, progress=progress))
+            report(f"[{section}] wrote {project.executed(section)}")
+        return stages
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    os.environ.setdefault("OMP_NUM_THREADS", threads)
+    order = sorted(plans, key=lambda s: plans[s].get("profile", "toy") == "toy")  # stable
+    done: dict[str, StageTime] = {}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        running = {}
+        for section in order:
+            running[pool.submit(run_stage, project, section, plans[section], progress=False)] = (
+                section
+            )
+        try:
+            for future in as_completed(running):
+                section = running[future]
+                done[section] = future.result()
+                report(f"[{section}] wrote {project.executed(section)} "
+                       f"({done[section].seconds:.0f} s)")  # fmt: skip
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return [done[section] for section in plans]
+
+
+def stage_table(stages: Iterable[StageTime], wall: float | None = None) -> str:
+    """The stages as a text table (stage, profile, seconds, new cache files) with a total, and
+    the ``wall`` clock seconds of the whole build where stages ran side by side."""
     rows = [(t.stage, t.profile, f"{t.seconds:.1f}", t.cache) for t in stages]
     total = sum(float(seconds) for _, _, seconds, _ in rows)
     rows.append(("total", "", f"{total:.1f}", ""))
+    if wall is not None:
+        rows.append(("wall clock (stages side by side)", "", f"{wall:.1f}", ""))
     header = ("stage", "profile", "seconds", "cache writes")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
