@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sae_lens import SAE
@@ -33,6 +34,7 @@ from circuitlasso.evaluation.ablate import (
     feature_means,
     metric_with_ablation,
     node_ablation_sweep,
+    random_ranking,
     rank_features,
 )
 from circuitlasso.forward import splice_hooks
@@ -269,6 +271,27 @@ def test_node_sweep_matches_ablation_by_hand(toy, cola, label_fit, means) -> Non
     assert table["faithfulness"].tolist()[0] == 0.0 and table["completeness"].tolist()[0] == 1.0
     assert full - empty < -0.5
     assert all(abs(f) > 0.1 for f in table["faithfulness"][1:])
+
+
+def test_node_sweep_with_known_ends_runs_the_model_only_for_partial_circuits(
+    toy, cola, label_fit, means
+) -> None:
+    model, saes = toy
+    prompts = cola["unacceptable"][:6]
+    everything = [(layer, f) for layer, sae in saes.items() for f in range(sae.cfg.d_sae)]
+    ranking = random_ranking(everything, seed=0)
+    sizes = [0, 10, len(ranking)]
+    measured = node_ablation_sweep(model, saes, label_fit, prompts, ranking, sizes, means)
+    ends = (float(measured["m_full"][0]), float(measured["m_empty"][0]))
+    runs = [0]
+    handle = model.embed.register_forward_hook(lambda *args: runs.__setitem__(0, runs[0] + 1))
+    try:
+        given = node_ablation_sweep(model, saes, label_fit, prompts, ranking, sizes, means,
+                                    ends=ends)  # fmt: skip
+    finally:
+        handle.remove()
+    pd.testing.assert_frame_equal(given, measured)
+    assert runs[0] == 2  # one batch each for m(C) and m(M \ C) at n = 10; none at 0 or all
 
 
 # ---------------------------------------------------------------- attribution
@@ -512,8 +535,6 @@ def test_edge_sweep_on_a_traced_circuit(planted_layers) -> None:
 
 
 def test_random_ranking_is_seeded_and_keeps_its_order_when_items_are_added() -> None:
-    from circuitlasso.evaluation.ablate import random_ranking
-
     edges = [(f"z0.{p}", f"z1.{c}") for p in range(40) for c in range(30)]
     ranking = random_ranking(edges, seed=0)
     assert sorted(ranking) == sorted(edges)

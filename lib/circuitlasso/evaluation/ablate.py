@@ -242,19 +242,28 @@ def node_ablation_sweep(
     *,
     labels: Sequence[int] | None = None,
     batch_size: int = 32,
+    ends: tuple[float, float] | None = None,
 ) -> pd.DataFrame:
     """Faithfulness and completeness of the top-``n`` nodes of ``ranking`` for each ``n`` in
     ``sizes`` (metric signed by ``labels`` if given); columns ``n, faithfulness, completeness,
-    m_circuit, m_complement, m_full, m_empty``."""
+    m_circuit, m_complement, m_full, m_empty``. ``ends``: ``(m(M), m(empty))`` when already
+    measured on the same prompts, labels and means (several rankings share them). A circuit of
+    every feature is ``m(M)`` and its complement ``m(empty)`` without running the model."""
     saes = _check(model, saes, label_fit)
     batches, order = batches_by_length(model, prompts, batch_size)  # the mean is order-free
     signs = _signs(labels, len(order))[order]
 
     def m(circuit: FeatureSet | None, inside: bool = False) -> float:
         masks = _ablation_masks(saes, circuit, inside)
+        if ends is not None and not any(bool(mask.any()) for mask in masks.values()):
+            return ends[0]
+        if ends is not None and masks and all(bool(mask.all()) for mask in masks.values()):
+            return ends[1]
         return _metric(model, saes, label_fit, batches, signs, masks, means)
 
-    full, empty = m(None), m({})
+    if ends is None:
+        ends = (m(None), m({}))
+    full, empty = ends
     rows = []
     for n in sizes:
         circuit = _feature_set(ranking[:n])

@@ -46,6 +46,7 @@ from circuitlasso.evaluation.ablate import (
     attribution_scores,
     edge_ablation_sweep,
     feature_means,
+    metric_with_ablation,
     node_ablation_sweep,
     random_ranking,
     rank_features,
@@ -226,7 +227,12 @@ def node_sweep(
 ) -> pd.DataFrame:
     """:func:`~circuitlasso.evaluation.ablate.node_ablation_sweep` of each ranking on the
     evaluation sentences (metric signed by their labels) at :func:`sweep_sizes`, stacked with a
-    column ``method``."""
+    column ``method``; ``m(M)`` and ``m(empty)`` are measured once for all of them."""
+    ends = tuple(
+        metric_with_ablation(model, saes, label_fit, sentences.prompts, circuit,
+                             labels=sentences.labels, means=means, batch_size=batch_size)
+        for circuit in (None, {})
+    )  # fmt: skip
     return pd.concat(
         [
             node_ablation_sweep(
@@ -239,6 +245,7 @@ def node_sweep(
                 means,
                 labels=sentences.labels,
                 batch_size=batch_size,
+                ends=(ends[0], ends[1]),
             ).assign(method=method)
             for method, ranking in rankings.items()
         ],
