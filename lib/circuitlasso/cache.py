@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import time
 import urllib.parse
 import urllib.request
@@ -26,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 from tqdm import tqdm
 
 from circuitlasso.executor import Executor, get_executor
@@ -33,6 +35,8 @@ from circuitlasso.executor import Executor, get_executor
 CACHE_ENV = "CIRCUITLASSO_CACHE"
 MIRROR_ENV = "CIRCUITLASSO_MIRROR"
 WRITE_LOG_ENV = "CIRCUITLASSO_WRITE_LOG"  # a file each completed write appends its path to
+CLAIM_POLL_SECONDS = 0.05  # how often a chunk another process computes is looked for
+CLAIM_WRITE_SECONDS = 10.0  # a claim still unwritten after this long is of a process that died
 
 T = TypeVar("T")
 
@@ -278,6 +282,11 @@ def load_or_compute_chunks(
     On a Ray cluster each task saves its own chunk, so ``root`` must then be a folder every
     worker sees (the local disk of a one-machine cluster, else a shared file system).
     ``key=None`` computes every chunk the same way but reads and writes no file.
+
+    Processes of one machine that compute the same ``key`` at once split its chunks: a chunk is
+    claimed (``chunk_<i>.claim``, naming the process) while it is computed, the others skip it
+    and read it once saved. A claim whose process has ended, or that names another machine, is
+    taken over, so a killed run never leaves a chunk waited for.
     """
     if n_chunks < 0:
         raise ValueError(f"n_chunks must be >= 0, got {n_chunks}")
@@ -293,9 +302,22 @@ def load_or_compute_chunks(
         leave=False,
         disable=not progress,
     ) as bar:
+        waiting = []
         for i, value in get_executor(executor).map(task, missing):
+            if isinstance(value, _ClaimedElsewhere):
+                waiting.append(i)
+                continue
             computed[i] = value
             bar.update()
+        while waiting:  # chunks another live process of this machine is computing
+            time.sleep(CLAIM_POLL_SECONDS)
+            for i in list(waiting):
+                if _is_saved(folder, i) or not _claim_is_live(_claim_path(folder, i)):
+                    value = task(i)  # read back, or taken over from a process that ended
+                    if not isinstance(value, _ClaimedElsewhere):
+                        computed[i] = value
+                        waiting.remove(i)
+                        bar.update()
     return [
         computed[i] if i in computed else _load(_chunk_path(folder, i)) for i in range(n_chunks)
     ]
@@ -323,9 +345,57 @@ def _is_saved(folder: Path, i: int) -> bool:
     return _chunk_path(folder, i).is_file() and _seconds_path(folder, i).is_file()
 
 
+def _claim_path(folder: Path, i: int) -> Path:
+    return folder / f"chunk_{i:06d}.claim"
+
+
+def _this_process() -> str:
+    """``host pid start-time``: names this process, and no later one that reuses its pid."""
+    return f"{socket.gethostname()} {os.getpid()} {psutil.Process().create_time()!r}"
+
+
+def _claim_is_live(claim: Path) -> bool:
+    """Whether ``claim`` names a running process of this machine."""
+    try:
+        host, pid, started = claim.read_text().split()
+    except FileNotFoundError:  # released
+        return False
+    except ValueError:  # being written, or its process died before it could write it
+        try:
+            return time.time() - claim.stat().st_mtime < CLAIM_WRITE_SECONDS
+        except FileNotFoundError:
+            return False
+    if host != socket.gethostname():
+        return False
+    try:
+        return repr(psutil.Process(int(pid)).create_time()) == started
+    except psutil.Error:
+        return False
+
+
+def _take_claim(claim: Path) -> bool:
+    """Claim a chunk for this process: False where a live process of this machine holds it."""
+    me = _this_process()
+    for _ in range(2):
+        try:
+            with open(claim, "x", encoding="utf-8") as held:
+                held.write(me)
+            return True
+        except FileExistsError:
+            if _claim_is_live(claim):
+                return False
+            claim.unlink(missing_ok=True)  # its process ended: taken over
+    return False
+
+
+class _ClaimedElsewhere:
+    """What a chunk task returns when another live process is computing the chunk."""
+
+
 class _SavedChunk:
     """``fn(i)``, saved atomically to its chunk file before it is returned, its seconds first
-    (so a saved chunk always has them)."""
+    (so a saved chunk always has them); computed under a claim (see
+    :func:`load_or_compute_chunks`), read back if another process saved it meanwhile."""
 
     def __init__(self, fn: Callable[[int], T], folder: Path) -> None:
         self.fn, self.folder = fn, folder
@@ -333,11 +403,22 @@ class _SavedChunk:
     def __call__(self, i: int) -> Any:
         import torch
 
-        start = time.perf_counter()
-        value = self.fn(i)
-        seconds = time.perf_counter() - start
-        with atomic_path(_seconds_path(self.folder, i)) as tmp:
-            tmp.write_text(repr(seconds))
-        with atomic_path(_chunk_path(self.folder, i)) as tmp:
-            torch.save(value, tmp)
-        return value
+        claim = _claim_path(self.folder, i)
+        if not _is_saved(self.folder, i):
+            claim.parent.mkdir(parents=True, exist_ok=True)
+            if not _take_claim(claim):
+                return _ClaimedElsewhere()
+        try:
+            if _is_saved(self.folder, i):
+                return _load(_chunk_path(self.folder, i))
+            start = time.perf_counter()
+            value = self.fn(i)
+            seconds = time.perf_counter() - start
+            with atomic_path(_seconds_path(self.folder, i)) as tmp:
+                tmp.write_text(repr(seconds))
+            with atomic_path(_chunk_path(self.folder, i)) as tmp:
+                torch.save(value, tmp)
+            return value
+        finally:
+            if claim.is_file() and claim.read_text() == _this_process():
+                claim.unlink(missing_ok=True)

@@ -4,14 +4,21 @@ atomic writes every file of the library goes through."""
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
+import socket
 import stat
+import subprocess
+import sys
+import threading
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import psutil
 import pytest
 import torch
 
@@ -283,3 +290,99 @@ def test_a_chunk_without_its_seconds_is_computed_again(tmp_path: Path) -> None:
     cache.load_or_compute_chunks(key, 2, chunk, root=tmp_path)
     assert computed == [0, 1, 1]
     assert cache.chunk_seconds(key, 2, root=tmp_path) >= 0
+
+
+def _split_worker(name: str, root: str, key: str, marks: str, barrier: Any) -> None:
+    """One of two processes computing the same chunks (each mark names who computed what)."""
+
+    def chunk(i: int) -> torch.Tensor:
+        (Path(marks) / f"{name}-{i}").touch()
+        time.sleep(0.1)
+        return torch.full((2,), float(i))
+
+    barrier.wait()
+    chunks = cache.load_or_compute_chunks(key, 8, chunk, root=root, progress=False)
+    torch.save(torch.stack(chunks), Path(marks) / f"{name}.pt")
+
+
+def test_two_processes_computing_one_key_split_its_chunks(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    key = cache.cache_key(collector="shared")
+    workers = [
+        context.Process(
+            target=_split_worker, args=(name, str(tmp_path / "cache"), key, str(tmp_path), barrier)
+        )
+        for name in ("a", "b")
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    done = {name: {int(p.name[2:]) for p in tmp_path.glob(f"{name}-*")} for name in ("a", "b")}
+    assert done["a"] and done["b"] and not done["a"] & done["b"]  # each chunk computed once
+    assert done["a"] | done["b"] == set(range(8))
+    for name in ("a", "b"):  # and each process has all of them
+        expected = torch.arange(8.0)[:, None].expand(8, 2)
+        torch.testing.assert_close(torch.load(tmp_path / f"{name}.pt"), expected)
+    assert not list((tmp_path / "cache").rglob("*.claim"))
+
+
+def _claim(tmp_path: Path, key: str, i: int, holder: str) -> Path:
+    claim = tmp_path / "results" / key / f"chunk_{i:06d}.claim"
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    claim.write_text(holder)
+    return claim
+
+
+def test_a_claim_of_an_ended_process_or_another_machine_is_taken_over(tmp_path: Path) -> None:
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    key = cache.cache_key(collector="taken over")
+    host = socket.gethostname()
+    _claim(tmp_path, key, 0, f"{host} {ended.stdout.strip()} 1.0")
+    _claim(tmp_path, key, 1, f"another-{host} {os.getpid()} 1.0")
+    _claim(tmp_path, key, 2, "")  # unwritten: its process died at once
+    old = time.time() - 2 * cache.CLAIM_WRITE_SECONDS
+    os.utime(tmp_path / "results" / key / "chunk_000002.claim", (old, old))
+    computed: list[int] = []
+
+    def chunk(i: int) -> torch.Tensor:
+        computed.append(i)
+        return torch.full((2,), float(i))
+
+    cache.load_or_compute_chunks(key, 3, chunk, root=tmp_path, progress=False)
+    assert computed == [0, 1, 2]
+    assert not list(tmp_path.rglob("*.claim"))
+
+
+def test_a_chunk_a_live_process_computes_is_waited_for_and_read_back(tmp_path: Path) -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = psutil.Process(other.pid).create_time()
+        key = cache.cache_key(collector="waited for")
+        claim = _claim(tmp_path, key, 1, f"{socket.gethostname()} {other.pid} {started!r}")
+
+        def other_saves_it() -> None:
+            time.sleep(0.5)
+            folder = claim.parent
+            (folder / "chunk_000001.seconds").write_text("7.0")
+            with cache.atomic_path(folder / "chunk_000001.pt") as tmp:
+                torch.save(torch.full((2,), 42.0), tmp)
+            claim.unlink()
+
+        saver = threading.Thread(target=other_saves_it)
+        saver.start()
+
+        def chunk(i: int) -> torch.Tensor:
+            assert i != 1, "chunk 1 is another process's"
+            return torch.full((2,), float(i))
+
+        chunks = cache.load_or_compute_chunks(key, 3, chunk, root=tmp_path, progress=False)
+        saver.join()
+    finally:
+        other.kill()
+        other.wait()
+    torch.testing.assert_close(torch.stack(chunks)[:, 0], torch.tensor([0.0, 42.0, 2.0]))
+    assert cache.chunk_seconds(key, 3, root=tmp_path) >= 7.0

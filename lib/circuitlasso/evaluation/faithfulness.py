@@ -41,6 +41,7 @@ from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.data.graph import Edge
 from circuitlasso.evaluation.ablate import (
+    FeatureSet,
     Node,
     Surrogate,
     attribution_scores,
@@ -228,11 +229,13 @@ def node_sweep(
     """:func:`~circuitlasso.evaluation.ablate.node_ablation_sweep` of each ranking on the
     evaluation sentences (metric signed by their labels) at :func:`sweep_sizes`, stacked with a
     column ``method``; ``m(M)`` and ``m(empty)`` are measured once for all of them."""
-    ends = tuple(
-        metric_with_ablation(model, saes, label_fit, sentences.prompts, circuit,
-                             labels=sentences.labels, means=means, batch_size=batch_size)
-        for circuit in (None, {})
-    )  # fmt: skip
+
+    def m(circuit: FeatureSet | None) -> float:
+        return metric_with_ablation(model, saes, label_fit, sentences.prompts, circuit,
+                                    labels=sentences.labels, means=means,
+                                    batch_size=batch_size)  # fmt: skip
+
+    ends = (m(None), m({}))
     return pd.concat(
         [
             node_ablation_sweep(
@@ -245,7 +248,7 @@ def node_sweep(
                 means,
                 labels=sentences.labels,
                 batch_size=batch_size,
-                ends=(ends[0], ends[1]),
+                ends=ends,
             ).assign(method=method)
             for method, ranking in rankings.items()
         ],
