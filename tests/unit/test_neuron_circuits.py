@@ -21,6 +21,7 @@ from circuitlasso.data.interpbench import (
     to_hooked_transformer,
 )
 from circuitlasso.evaluation.interpbench import METHODS, evaluate_case, evaluate_task
+from circuitlasso.solve.group_mlp import group_sparse_mlp
 
 NAMES = ["input", "a0.h0", "a0.h1", "m0", "output"]
 PARENTS = [[], [0], [0], [0, 1, 2], [0, 1, 2, 3]]
@@ -248,3 +249,10 @@ def test_evaluate_takes_a_custom_program_and_rejects_unknown_names():
     with pytest.raises(ValueError, match="unknown InterpBench case"):
         evaluate_case("0")
     assert set(METHODS) >= {"eap", "eap-ig", "circuitlasso-linear", "circuitlasso-nonlinear"}
+
+
+def test_the_compiled_fit_names_mismatched_shapes():
+    x, y = np.zeros((10, 4), np.float32), np.zeros((10, 2), np.float32)
+    w1, w2 = np.zeros((3, 4), np.float32), np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"shapes do not match: x \(10, 4\), group_of \(3,\)"):
+        group_sparse_mlp(x, np.zeros(3, np.int64), y, 0.1, w1, w2, max_steps=5, tol=1e-7)

@@ -366,3 +366,24 @@ def test_make_nbval_runs_the_notebooks_the_book_does_not_run_as_nbval_would() ->
     planned = rp.plan(rp.Project(root), rp.BOOK_PROFILES)
     assert listed == {section for section, profile in planned.items() if profile != "toy"}
     assert all((root / "notebooks" / f"{name}.ipynb").is_file() for name in listed)
+
+
+def test_sections_start_longest_first_by_their_last_run_and_new_real_ones_before_all(
+    project: rp.Project,
+) -> None:
+    def ran(section: str, profile: str, seconds: float) -> None:
+        nb = nbformat.read(project.template(section), as_version=4)
+        nb.metadata["papermill"] = {"parameters": {"profile": profile}, "duration": seconds}
+        project.executed(section).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, project.executed(section))
+
+    for name in ("gamma", "delta"):
+        _template(project.notebooks / f"{name}.ipynb", 'profile = "toy"\nseed = 0')
+    plans = {s: {"profile": "toy"} for s in ("alpha", "beta", "gamma", "delta")}
+    plans["delta"] = {"profile": "real"}
+    ran("alpha", "toy", 10.0)
+    ran("beta", "toy", 30.0)
+    ran("gamma", "real", 99.0)  # another profile's run: unknown on toy
+    assert rp.start_order(project, plans) == ["delta", "gamma", "beta", "alpha"]
+    assert rp.last_seconds(project, "beta", "toy") == 30.0
+    assert rp.last_seconds(project, "delta", "real") is None

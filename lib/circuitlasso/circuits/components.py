@@ -37,9 +37,9 @@ variant. None of these choices looks at a ground truth.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from transformer_lens import HookedTransformer
 
@@ -53,6 +53,7 @@ from circuitlasso.circuits.circuit import (
 from circuitlasso.collect import NodeActivations, collect_nodes
 from circuitlasso.data.graph import graph_nodes
 from circuitlasso.solve import block_lasso, lam_max, lasso
+from circuitlasso.solve.group_mlp import group_sparse_mlp
 from circuitlasso.solve.prepare import column_stats
 from circuitlasso.timing import Stopwatch
 
@@ -233,61 +234,22 @@ def _group_sparse_mlp(
     tol: float,
     generator: torch.Generator,
 ) -> list[float]:
-    """Group norms of the first-layer weights of a group-lasso MLP fit ``target ~ predictors``.
+    """Group norms of the first-layer weights of a group-lasso MLP fit ``target ~ predictors``
+    (:func:`circuitlasso.solve.group_mlp.group_sparse_mlp`).
 
-    predictors (M, p) split into groups of ``sizes`` columns; target (M, q) centered. Minimizes
-    ``1/(2Mq) ||Y - relu(X W1^T + b1) W2^T - b2||_F^2 + lam sum_g ||W1[:, g]||_F`` subject to
-    ``||W2||_F <= 1`` by alternating proximal gradient steps (PALM): ``(W1, b1)`` with step
-    ``1/L1``, ``L1 = ||[X, 1]||_2^2 / (Mq)``, then the group soft-threshold by ``lam / L1``
-    (exactly zero for a group the fit does not need); ``(W2, b2)`` with step ``1/L2``,
-    ``L2 = ||[H, 1]||_2^2 / (Mq)`` of the current hidden layer ``H``, then the projection onto
-    the unit ball. ``W1`` starts small (norm ``MLP_INIT`` per unit, against fitted group norms of
-    order 1), so a group that never gets a useful gradient is shrunk to zero within a few steps.
-    Stops when the objective changes by less than ``tol`` (relative) or after ``max_steps``.
+    predictors (M, p) split into groups of ``sizes`` columns; target (M, q) centered. ``W1``
+    starts small (norm ``MLP_INIT`` per unit, against fitted group norms of order 1), so a group
+    that never gets a useful gradient is shrunk to zero within a few steps; ``W2`` starts as a
+    random point of the unit sphere; both drawn from ``generator``.
     """
-    m, p = predictors.shape
-    q = target.shape[1]
-    x, y = predictors.float(), target.float()
-    ones = torch.ones(m, 1)
-    step1 = m * q / float(torch.linalg.matrix_norm(torch.cat([x, ones], 1), 2)) ** 2
+    p, q = predictors.shape[1], target.shape[1]
     w1 = torch.randn(hidden, p, generator=generator) * (MLP_INIT / p**0.5)
-    b1 = torch.zeros(hidden)
     w2 = torch.randn(q, hidden, generator=generator)
     w2 /= torch.linalg.norm(w2)
-    b2 = torch.zeros(q)
-    group_of = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
-    previous = math.inf
-    pre = x @ w1.T + b1
-    residual = torch.relu(pre) @ w2.T + b2 - y
-    for _ in range(max_steps):
-        grad_pre = (residual @ w2) * (pre > 0) / (m * q)  # (M, hidden)
-        w1 -= step1 * (grad_pre.T @ x)
-        b1 -= step1 * grad_pre.sum(0)
-        norms = _group_norms(w1, group_of, len(sizes))
-        shrink = torch.where(norms > 0, 1 - step1 * lam / norms, 0).clamp(min=0)
-        w1 *= shrink[group_of]
-        pre = x @ w1.T + b1  # also the next step's
-        h = torch.relu(pre)
-        residual = h @ w2.T + b2 - y
-        hidden_ones = torch.cat([h, ones], 1)
-        lip2 = float(torch.linalg.eigvalsh(hidden_ones.T @ hidden_ones)[-1]) / (m * q)
-        step2 = 1 / max(lip2, 1e-12)
-        w2 -= step2 * (residual.T @ h) / (m * q)
-        b2 -= step2 * residual.sum(0) / (m * q)
-        w2 /= max(float(torch.linalg.norm(w2)), 1.0)
-        residual = h @ w2.T + b2 - y  # also the next step's
-        norms = _group_norms(w1, group_of, len(sizes))
-        objective = 0.5 * float((residual**2).sum()) / (m * q) + lam * float(norms.sum())
-        if abs(previous - objective) <= tol * abs(objective):
-            break
-        previous = objective
-    return _group_norms(w1, group_of, len(sizes)).tolist()
-
-
-def _group_norms(w1: torch.Tensor, group_of: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """Frobenius norm of each group of columns of ``w1``: (n_groups,)."""
-    squares = torch.zeros(n_groups, dtype=w1.dtype).index_add_(0, group_of, (w1**2).sum(0))
-    return squares.sqrt()
+    group_of = np.repeat(np.arange(len(sizes)), sizes)
+    norms = group_sparse_mlp(predictors.float().numpy(), group_of, target.float().numpy(), lam,
+                             w1.numpy(), w2.numpy(), max_steps=max_steps, tol=tol)  # fmt: skip
+    return [float(n) for n in norms]
 
 
 def nonlinear_edge_scores(

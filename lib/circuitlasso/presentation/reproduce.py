@@ -296,6 +296,30 @@ def run_stage(
     return StageTime(section, str(parameters.get("profile", "toy")), seconds, len(new))
 
 
+def last_seconds(project: Project, section: str, profile: str) -> float | None:
+    """Seconds the section's executed copy took (papermill's record), if it ran on ``profile``."""
+    path = project.executed(section)
+    if not path.is_file():
+        return None
+    meta = nbformat.read(path, as_version=4).metadata.get("papermill", {})
+    ran_on = meta.get("parameters", {}).get("profile")
+    seconds = meta.get("duration")
+    return float(seconds) if ran_on == profile and seconds is not None else None
+
+
+def start_order(project: Project, plans: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The sections of ``plans`` longest first, as their last run on the same profile took
+    (:func:`last_seconds`); sections never run come first, those of a profile other than ``toy``
+    (the real models) before the others, in the order of ``plans``."""
+
+    def key(section: str) -> tuple[bool, bool, float]:
+        profile = str(plans[section].get("profile", "toy"))
+        seconds = last_seconds(project, section, profile)
+        return (seconds is not None, profile == "toy" and seconds is None, -(seconds or 0.0))
+
+    return sorted(plans, key=key)  # stable: ties keep the order of plans
+
+
 def run_stages(
     project: Project,
     plans: Mapping[str, Mapping[str, Any]],
@@ -309,10 +333,9 @@ def run_stages(
 
     ``jobs > 1`` runs that many sections at once, each in its own process whose kernel gets
     ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``, unless already set): two kernels of two
-    threads on two cores make every parallel region wait for a descheduled thread. Sections of
-    a profile other than ``toy`` (the real models, the longest) start first, then the others in
-    order; progress bars are off. The first failure stops new sections from starting and is
-    raised once the running ones end.
+    threads on two cores make every parallel region wait for a descheduled thread. The longest
+    start first (:func:`start_order`); progress bars are off. The first failure stops new
+    sections from starting and is raised once the running ones end.
     """
     if jobs < 1:
         raise ReproduceError(f"jobs must be at least 1, got {jobs}")
@@ -326,7 +349,7 @@ def run_stages(
         return stages
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
     os.environ.setdefault("OMP_NUM_THREADS", threads)
-    order = sorted(plans, key=lambda s: plans[s].get("profile", "toy") == "toy")  # stable
+    order = start_order(project, plans)
     done: dict[str, StageTime] = {}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(jobs, mp_context=context) as pool:
