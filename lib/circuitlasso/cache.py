@@ -309,15 +309,16 @@ def load_or_compute_chunks(
                 continue
             computed[i] = value
             bar.update()
-        while waiting:  # chunks another live process of this machine is computing
-            time.sleep(CLAIM_POLL_SECONDS)
-            for i in list(waiting):
-                if _is_saved(folder, i) or not _claim_is_live(_claim_path(folder, i)):
-                    value = task(i)  # read back, or taken over from a process that ended
-                    if not isinstance(value, _ClaimedElsewhere):
-                        computed[i] = value
-                        waiting.remove(i)
-                        bar.update()
+        while waiting:  # chunks another live process of this machine is computing, in order
+            i = waiting[0]
+            if _is_saved(folder, i) or not _claim_is_live(_claim_path(folder, i)):
+                value = task(i)  # read back, or taken over from a process that ended
+                if not isinstance(value, _ClaimedElsewhere):
+                    computed[i] = value
+                    waiting.pop(0)
+                    bar.update()
+                    continue
+            time.sleep(CLAIM_POLL_SECONDS)  # only the first is looked at until it is done
     return [
         computed[i] if i in computed else _load(_chunk_path(folder, i)) for i in range(n_chunks)
     ]

@@ -329,7 +329,7 @@ def run_stages(
     report: Callable[[str], None] = print,
 ) -> list[StageTime]:
     """:func:`run_stage` of each ``section -> parameters`` of ``plans``; their times in the order
-    of ``plans``. ``report`` gets a line as each section starts and ends.
+    of ``plans``. ``report`` gets a line as each section starts (one at a time) and ends.
 
     ``jobs > 1`` runs that many sections at once, each in its own process whose kernel gets
     ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``, unless already set): two kernels of two
