@@ -272,7 +272,7 @@ class StageTime:
     @property
     def cache(self) -> str:
         """What the stage left in the cache: a stage that wrote nothing either found what it
-        needed there or does not cache its work (timings, a first run's temporary cache)."""
+        needed there or does not cache its work (timings, fits of a few seconds)."""
         return "nothing new" if self.new_cache_files == 0 else f"{self.new_cache_files} new files"
 
 
