@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from sae_lens import StandardSAE, StandardSAEConfig
+from safetensors.torch import load_file
 
 from circuitlasso.data.artifacts import MANIFEST_FILE, REPORT_FILE, manifest_mismatches
 from circuitlasso.data.toyworld import (
@@ -66,6 +67,16 @@ def test_quick_build_loads_and_its_saes_encode_the_model_stream(quick_build: Pat
     model = load_toy_model(quick_build)
     saes = load_toy_saes(path=quick_build)
     assert sorted(saes) == list(range(model.cfg.n_layers))
+    # stored in float16 (parameters; buffers as they are), read as float32
+    stored = load_file(quick_build / "model" / "model.safetensors")
+    assert {stored[name].dtype for name, _ in model.named_parameters()} == {torch.float16}
+    assert stored["blocks.0.attn.W_Q"].float().equal(model.blocks[0].attn.W_Q.detach())
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    sae_stored = load_file(
+        quick_build / "saes" / "blocks.0.hook_resid_post" / "sae_weights.safetensors"
+    )
+    assert {t.dtype for t in sae_stored.values()} == {torch.float16}
+    assert sae_stored["W_dec"].float().equal(saes[0].W_dec.detach())
     tokens = model.to_tokens(["He said that himself was hungry .", "Is Mary tired ?"])
     assert tokens.shape == (2, 8)
     assert (tokens[:, 0] == model.tokenizer.bos_token_id).all()

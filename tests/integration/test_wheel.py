@@ -20,7 +20,9 @@ from circuitlasso.circuits.circuit import Circuit
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "circuitlasso/data/toyworld/built"
 SAES = "circuitlasso/data/minilm_saes_built"  # the real model's SAEs
+FINETUNED = "circuitlasso/data/minilm_cola_built"  # the fine-tuned model and its SAEs
 ASSETS = "circuitlasso/presentation/assets"
+WEIGHTS_CAP = 30e6  # bytes of trained weights the package may carry
 
 # run in the fresh environment: where the package and its toy world are, and whether the
 # source tree is on the path
@@ -85,3 +87,14 @@ def test_the_wheel_carries_the_toy_world_and_runs_the_quickstart(
     assert 0 < int(nodes) == circuit.number_of_nodes()
     assert 0 < int(edges) == circuit.number_of_edges()
     assert _run([venv / "bin" / "circuitlasso", "--help"], run_dir, env).startswith("usage:")
+
+
+def test_the_trained_weights_the_package_carries_stay_under_30_MB() -> None:
+    """The toy world, the sentence model's shipped SAEs and the fine-tuned model with its SAEs:
+    every file of their builds (weights, configs, reports, manifests) counts."""
+    sizes = {
+        built: sum(p.stat().st_size for p in (ROOT / "lib" / built).rglob("*") if p.is_file())
+        for built in (TOY, SAES, FINETUNED)
+    }
+    assert all(size > 1e6 for size in sizes.values()), sizes
+    assert sum(sizes.values()) <= WEIGHTS_CAP, sizes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,13 @@ from huggingface_hub import constants as hf_constants
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, LayerPairFit
+from circuitlasso.data import minilm_saes
+from circuitlasso.data.cola import load_cola
 from circuitlasso.data.graph import candidate_edges, graph_nodes
 from circuitlasso.data.interpbench import CompiledTask, to_hooked_transformer
 
-TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+TOKENIZER_DIR = SHARED_DATA / "gpt2-tokenizer"
 
 
 @pytest.fixture
@@ -29,6 +33,26 @@ def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
     monkeypatch.setenv(cache.MIRROR_ENV, str(TOKENIZER_DIR))
     return hub
+
+
+@pytest.fixture
+def quick_minilm_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The SAEs of all-MiniLM-L6-v2 that are built on first use (the layers the package does not
+    ship) built, in an empty cache, on 200 training sentences for 4,096 tokens (seconds, not
+    minutes); returns the layers trained, in order."""
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
+    monkeypatch.setattr(
+        minilm_saes, "load_cola", lambda split: load_cola(split, mirror=SHARED_DATA).iloc[:200]
+    )
+    trained: list[int] = []
+    train = minilm_saes.train_layer_sae
+
+    def quick_train(acts, layer, cfg):
+        trained.append(layer)
+        return train(acts, layer, replace(cfg, training_tokens=4096, rounds=1))
+
+    monkeypatch.setattr(minilm_saes, "train_layer_sae", quick_train)
+    return trained
 
 
 @pytest.fixture(scope="session")

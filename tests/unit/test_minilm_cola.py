@@ -124,9 +124,12 @@ def test_the_shipped_build_is_read_by_default(small_cola) -> None:
 
 
 @pytest.mark.parametrize("name", ["all-minilm-l6-v2", mc.NAME])
-def test_the_real_report_runs_on_both_models(monkeypatch, small_cola, name) -> None:
+def test_the_real_report_runs_on_both_models(
+    monkeypatch, small_cola, quick_minilm_builds, name
+) -> None:
     """The report of either model on a few sentences: its headline numbers, and the parity
-    with the HF model carrying the same weights."""
+    with the HF model carrying the same weights (the sentence model's top layers' SAEs built
+    quickly, :func:`quick_minilm_builds`)."""
     from circuitlasso.evaluation import real_model
 
     monkeypatch.setattr(real_model, "load_cola", lambda split: small_cola[split])

@@ -51,8 +51,9 @@ from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm, minilm_h
 from circuitlasso.data.minilm_saes import (
     MiniLMSAEConfig,
     build_minilm_saes,
+    combined_report,
     load_minilm_saes,
-    saes_dir,
+    sae_folders,
     saes_report,
     ship_minilm_saes,
 )
@@ -373,17 +374,14 @@ def finetuned_saes_report(
     """The SAE report (:func:`saes_report`) of the fine-tuned model: the sentence model's
     layers below the trained blocks, the fine-tuned build's on them."""
     load_finetuned_saes(list(range(N_LAYERS)), cfg, sae_cfg)
-    report = saes_report(saes_dir(sae_cfg))
-    tuned = saes_report(finetuned_saes_dir(cfg, sae_cfg))
     first = N_LAYERS - cfg.trained_layers
-    report["layers"] = {
-        str(layer): (tuned if layer >= first else report)["layers"][str(layer)]
-        for layer in range(N_LAYERS)
-    }
-    layers = report["layers"].values()
-    report["sae_explained_variance_min"] = min(q["explained_variance"] for q in layers)
-    report["sae_dead_fraction_max"] = max(q["dead_fraction"] for q in layers)
-    return report
+    below = [
+        saes_report(root, [layer for layer in held if layer < first])
+        for root, held in sae_folders(sae_cfg).items()
+        if min(held) < first
+    ]
+    tuned = saes_report(finetuned_saes_dir(cfg, sae_cfg), range(first, N_LAYERS))
+    return combined_report([*below, tuned])
 
 
 def ship_finetuned(

@@ -13,16 +13,18 @@ A build is seeded and written to a folder (default: under the cache,
 and dead features per layer, on CoLA's in-domain dev sentences) and a ``manifest.json`` (sha256
 of every file, seed, versions, command), atomically: a folder either holds a complete build or
 none. Another CPU rounds differently, so a rebuild elsewhere gives close, not identical, weights.
-The build of the default configuration ships with the package, its weights rounded to float16
-(:func:`ship_minilm_saes`, 14 MB), so that a run reads it instead of training for minutes; it is
-read as float32.
+The layers the model fine-tuned on CoLA shares with this one (:data:`SHIPPED_LAYERS`, 0 to 3) of
+the build of the default configuration ship with the package, their weights rounded to float16
+(:func:`ship_minilm_saes`, 9.5 MB), so that a run reads them instead of training for minutes; they
+are read as float32. The top two layers' SAEs are built under the cache on first use (a few
+minutes each): the fine-tuned model has its own there.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -71,11 +73,18 @@ class MiniLMSAEConfig:
 SHIPPED_DIR = "minilm_saes_built"
 """The package data folder (under ``circuitlasso/data``) of the shipped build."""
 SHIPPED_DTYPE = torch.float16
+SHIPPED_LAYERS = (0, 1, 2, 3)
+"""The layers whose SAEs the package ships: those below the fine-tuned model's trained blocks."""
+ALL_LAYERS = tuple(range(N_LAYERS))
 
 
-def default_saes_dir(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> Path:
-    """Where a build with ``cfg`` lives by default: under the cache, keyed by ``cfg``."""
-    return cache_root() / "minilm-saes" / cache_key(**asdict(cfg))[:16]
+def default_saes_dir(
+    cfg: MiniLMSAEConfig = MiniLMSAEConfig(), layers: Sequence[int] = ALL_LAYERS
+) -> Path:
+    """Where a build of ``layers`` (default all) with ``cfg`` lives by default: under the
+    cache, keyed by both."""
+    parts = asdict(cfg) if tuple(layers) == ALL_LAYERS else {**asdict(cfg), "layers": list(layers)}
+    return cache_root() / "minilm-saes" / cache_key(**parts)[:16]
 
 
 def shipped_saes_dir() -> Path:
@@ -87,13 +96,17 @@ def shipped_saes_dir() -> Path:
     return root
 
 
-def saes_dir(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> Path:
-    """Where the SAEs of ``cfg`` are read from: the shipped build for the default configuration
-    (when the package holds it), else :func:`default_saes_dir`."""
+def sae_folders(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> dict[Path, tuple[int, ...]]:
+    """Where the SAEs of ``cfg`` are read from, each folder with the layers it holds: for the
+    default configuration the shipped build (when the package holds it) and a build of the other
+    layers under the cache, else one build of every layer under the cache
+    (:func:`default_saes_dir`). A folder under the cache is built on first use."""
     shipped = shipped_saes_dir()
-    if cfg == MiniLMSAEConfig() and (shipped / MANIFEST_FILE).is_file():
-        return shipped
-    return default_saes_dir(cfg)
+    if cfg != MiniLMSAEConfig() or not (shipped / MANIFEST_FILE).is_file():
+        return {default_saes_dir(cfg): ALL_LAYERS}
+    held = tuple(sorted(int(layer) for layer in saes_report(shipped)["layers"]))
+    rest = tuple(layer for layer in ALL_LAYERS if layer not in held)
+    return {shipped: held, **({default_saes_dir(cfg, rest): rest} if rest else {})}
 
 
 def sae_dir(root: Path, layer: int) -> Path:
@@ -199,20 +212,29 @@ def build_minilm_saes(
 
 
 def ship_minilm_saes(
-    build: str | Path, out_dir: str | Path | None = None, *, model: HookedEncoder | None = None
+    build: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    model: HookedEncoder | None = None,
+    layers: Iterable[int] | None = None,
 ) -> Path:
-    """Write the build at ``build`` (of ``model``, default the sentence model) as a shipped
-    build (default :func:`shipped_saes_dir`; a few MB): each SAE's weights rounded to float16,
-    its quality measured again with those weights on CoLA's in-domain dev sentences
-    (``report.json``), and a manifest. Returns the folder."""
+    """Write ``layers`` (default: every layer it holds) of the build at ``build`` (of ``model``,
+    default the sentence model) as a shipped build (default :func:`shipped_saes_dir`; 2.4 MB a
+    layer): each SAE's weights rounded to float16, its quality measured again with those weights
+    on CoLA's in-domain dev sentences (``report.json``), and a manifest. Returns the folder."""
     build = Path(build)
     root = Path(out_dir) if out_dir is not None else shipped_saes_dir()
     built = json.loads((build / REPORT_FILE).read_text())
+    held = sorted(int(layer) for layer in built["layers"])
+    chosen = held if layers is None else sorted(layers)
+    missing = sorted(set(chosen) - set(held))
+    if missing:
+        raise ValueError(f"the build at {build} has no SAE for layers {missing}")
     model = model if model is not None else load_minilm()
     dev = token_activations(model, list(load_cola("dev").sentence))
     with staged_folder(root) as stage:
         quality = {}
-        for layer in sorted(int(layer) for layer in built["layers"]):
+        for layer in chosen:
             sae = SAE.load_from_disk(sae_dir(build, layer), device="cpu")
             sae.to(SHIPPED_DTYPE).save_model(sae_dir(stage, layer))
             shipped = SAE.load_from_disk(sae_dir(stage, layer), device="cpu", dtype="float32")
@@ -224,31 +246,58 @@ def ship_minilm_saes(
 
 
 def load_minilm_saes(
-    layers: list[int] | None = None,
+    layers: Iterable[int] | None = None,
     *,
     path: str | Path | None = None,
     cfg: MiniLMSAEConfig = MiniLMSAEConfig(),
 ) -> dict[int, SAE]:
-    """The SAEs by layer (default: all six), in float32, from ``path`` or :func:`saes_dir`
-    (the shipped build for the default ``cfg``), built there first (:func:`build_minilm_saes`)
-    when no complete build is found."""
-    root = Path(path) if path is not None else saes_dir(cfg)
-    chosen = list(range(N_LAYERS)) if layers is None else list(layers)
+    """The SAEs by layer (default: all six), in float32, from the build at ``path`` or from
+    :func:`sae_folders` (the shipped layers for the default ``cfg``), each folder built first
+    (:func:`build_minilm_saes`) when it holds no complete build."""
+    chosen = list(ALL_LAYERS if layers is None else layers)
     bad = [layer for layer in chosen if not 0 <= layer < N_LAYERS]
     if bad:
         raise ValueError(f"layers {bad} out of range: the model has {N_LAYERS} layers")
-    if not (root / MANIFEST_FILE).is_file():
-        build_minilm_saes(root, cfg)
+    folders = {Path(path): ALL_LAYERS} if path is not None else sae_folders(cfg)
+    saes = {}
+    for root, held in folders.items():
+        wanted = [layer for layer in chosen if layer in held]
+        if wanted and not (root / MANIFEST_FILE).is_file():
+            build_minilm_saes(root, cfg, layers=list(held))
+        saes.update(
+            {
+                layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu", dtype="float32")
+                for layer in wanted
+            }
+        )
+    return {layer: saes[layer].eval() for layer in chosen}
+
+
+def saes_report(root: str | Path, layers: Iterable[int] | None = None) -> dict[str, Any]:
+    """The build's ``report.json`` (its ``layers`` cut to ``layers``, default all it holds),
+    with its worst layer's explained variance and dead share (:func:`combined_report`)."""
+    report = json.loads((Path(root) / REPORT_FILE).read_text())
+    if layers is not None:
+        report["layers"] = {str(layer): report["layers"][str(layer)] for layer in layers}
+    return combined_report([report])
+
+
+def combined_report(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The first of ``reports`` with the ``layers`` of all of them, and their worst layer's
+    explained variance (``sae_explained_variance_min``) and dead share
+    (``sae_dead_fraction_max``)."""
+    by_layer = {int(k): v for report in reports for k, v in report["layers"].items()}
+    layers = {str(layer): by_layer[layer] for layer in sorted(by_layer)}
     return {
-        layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu", dtype="float32").eval()
-        for layer in chosen
+        **reports[0],
+        "layers": layers,
+        "sae_explained_variance_min": min(q["explained_variance"] for q in layers.values()),
+        "sae_dead_fraction_max": max(q["dead_fraction"] for q in layers.values()),
     }
 
 
-def saes_report(root: str | Path) -> dict[str, Any]:
-    """The build's ``report.json``, with its worst layer's explained variance and dead share."""
-    report = json.loads((Path(root) / REPORT_FILE).read_text())
-    layers = report["layers"].values()
-    report["sae_explained_variance_min"] = min(q["explained_variance"] for q in layers)
-    report["sae_dead_fraction_max"] = max(q["dead_fraction"] for q in layers)
-    return report
+def minilm_saes_report(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> dict[str, Any]:
+    """The report (:func:`saes_report`) of the SAEs of every layer, from the folders that hold
+    them (:func:`sae_folders`, built first where absent)."""
+    load_minilm_saes(ALL_LAYERS, cfg=cfg)
+    return combined_report([saes_report(root, held) for root, held in sae_folders(cfg).items()])

@@ -24,7 +24,7 @@ from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import N_LAYERS, max_abs_diff_vs_hf
 from circuitlasso.data.minilm_cola import encoder_weights, finetune_report, finetuned_saes_report
-from circuitlasso.data.minilm_saes import saes_dir, saes_report
+from circuitlasso.data.minilm_saes import minilm_saes_report
 from circuitlasso.data.models import ENCODER_NAME, FINETUNED_NAME, load_model, load_saes
 from circuitlasso.estimator import CircuitLasso
 
@@ -62,7 +62,7 @@ def real_model_report(
     layer = N_LAYERS - 1
     saes = load_saes(model_name, [layer])
     train, dev = load_cola("train"), load_cola("dev")
-    report = finetuned_saes_report() if finetuned else saes_report(saes_dir())
+    report = finetuned_saes_report() if finetuned else minilm_saes_report()
     Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)
     Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)
     y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()

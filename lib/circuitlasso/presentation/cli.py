@@ -85,6 +85,7 @@ def _toy_report(args: argparse.Namespace) -> int:
 def _real_build(args: argparse.Namespace) -> int:
     from circuitlasso.data.minilm_saes import (
         MANIFEST_FILE,
+        SHIPPED_LAYERS,
         build_minilm_saes,
         default_saes_dir,
         ship_minilm_saes,
@@ -96,7 +97,8 @@ def _real_build(args: argparse.Namespace) -> int:
     else:
         print(f"SAEs written to {build_minilm_saes(root)}")
     if args.ship:
-        print(f"float16 copies shipped with the package at {ship_minilm_saes(root)}")
+        shipped = ship_minilm_saes(root, layers=SHIPPED_LAYERS)
+        print(f"float16 copies of layers {list(SHIPPED_LAYERS)} shipped at {shipped}")
     return 0
 
 

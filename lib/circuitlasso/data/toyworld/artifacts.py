@@ -4,11 +4,13 @@ Layout of a toy-world folder (default: :func:`default_toy_dir`, shipped inside t
 
     tokenizer.json
     model/config.json              HookedTransformerConfig arguments and the data seed
-    model/model.safetensors        state dict
-    saes/blocks.{l}.hook_resid_post/cfg.json, sae_weights.safetensors   (sae-lens format)
+    model/model.safetensors        state dict, parameters rounded to float16
+    saes/blocks.{l}.hook_resid_post/cfg.json, sae_weights.safetensors   (sae-lens format, float16)
     report.json                    the quality report at build time
     manifest.json                  sha256 of every other file, seed, versions, command
                                    (:mod:`circuitlasso.data.artifacts`)
+
+Weights are stored in float16 (half the size of the package data) and read as float32.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import torch
 from sae_lens import SAE
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer
@@ -32,6 +35,7 @@ MODEL_DIR = "model"
 MODEL_CONFIG = "config.json"
 MODEL_WEIGHTS = "model.safetensors"
 SAES_DIR = "saes"
+STORED_DTYPE = torch.float16
 BUILD_HINT = "build it with `circuitlasso toy build` (or pass the folder of a built toy world)"
 
 
@@ -52,11 +56,16 @@ def toy_dir(path: Path | str | None) -> Path:
 
 
 def save_model(model: HookedTransformer, arch: dict[str, Any], seed: int, root: Path) -> None:
-    """Write the model's architecture, data seed and weights under ``root/model``."""
+    """Write the model's architecture, data seed and weights (its parameters rounded to
+    ``STORED_DTYPE``, its buffers as they are) under ``root/model``."""
     directory = root / MODEL_DIR
     directory.mkdir(parents=True, exist_ok=True)
     write_json(directory / MODEL_CONFIG, {"architecture": arch, "seed": seed})
-    weights = {k: v.contiguous() for k, v in model.state_dict().items()}
+    parameters = dict(model.named_parameters())
+    weights = {
+        k: (v.to(STORED_DTYPE) if k in parameters else v).contiguous()
+        for k, v in model.state_dict().items()
+    }
     with atomic_path(directory / MODEL_WEIGHTS, mode=FILE_MODE) as tmp:
         save_file(weights, tmp)
 
@@ -67,7 +76,7 @@ def model_config(path: Path | str | None = None) -> dict[str, Any]:
 
 
 def load_toy_model(path: Path | str | None = None) -> HookedTransformer:
-    """The toy language model (eval mode, CPU) with its word-level tokenizer attached."""
+    """The toy language model (eval mode, CPU, float32) with its word-level tokenizer attached."""
     root = toy_dir(path)
     arch = model_config(root)["architecture"]
     model = make_model(arch, load_tokenizer(root / TOKENIZER_FILE))
@@ -77,6 +86,17 @@ def load_toy_model(path: Path | str | None = None) -> HookedTransformer:
 
 def sae_dir(root: Path, layer: int) -> Path:
     return root / SAES_DIR / resid_hook(layer)
+
+
+def round_saved_sae(directory: Path) -> None:
+    """Write the SAE saved in ``directory`` (sae-lens's format) again, its weights rounded to
+    ``STORED_DTYPE``."""
+    load_sae(directory).to(STORED_DTYPE).save_model(directory)
+
+
+def load_sae(directory: Path) -> SAE:
+    """The SAE saved in ``directory``, in float32 on the CPU."""
+    return SAE.load_from_disk(directory, device="cpu", dtype="float32")
 
 
 def load_toy_saes(
@@ -92,4 +112,4 @@ def load_toy_saes(
     missing = [layer for layer in chosen if not (sae_dir(root, layer) / "cfg.json").is_file()]
     if missing:
         raise FileNotFoundError(f"no toy SAE for layers {missing} under {root / SAES_DIR}")
-    return {layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu") for layer in chosen}
+    return {layer: load_sae(sae_dir(root, layer)) for layer in chosen}

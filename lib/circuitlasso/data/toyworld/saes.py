@@ -33,6 +33,7 @@ from sae_lens.saes.sae import TrainingSAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.data.sae_training import reinitialize_dead_latents
+from circuitlasso.data.toyworld.artifacts import load_sae, round_saved_sae
 from circuitlasso.data.toyworld.lm import resid_hook, residuals
 
 _EXPECTED_WARNINGS = (
@@ -116,7 +117,8 @@ def train_sae(
     seed: int,
 ) -> SAE:
     """Train the SAE of ``layer`` on ``rows: (N, context)`` (one right-padded document per
-    row), save it to ``out_dir`` (``cfg.json`` + ``sae_weights.safetensors``) and return it."""
+    row), save it to ``out_dir`` (``cfg.json`` + ``sae_weights.safetensors``, its weights
+    rounded to float16) and return it as saved, in float32."""
     if not 0 <= layer < model.cfg.n_layers:
         raise ValueError(f"layer {layer} out of range for a {model.cfg.n_layers}-layer model")
     if rows.ndim != 2:
@@ -133,7 +135,8 @@ def train_sae(
             reinitialize_dead_latents(sae, sample, generator)
             sae = _run_round(runner_cfg, model, dataset.shuffle(seed=seed + round_index), sae)
     sae.save_inference_model(out_dir)
-    return SAE.load_from_disk(out_dir, device="cpu")
+    round_saved_sae(out_dir)
+    return load_sae(out_dir)
 
 
 def _run_round(
