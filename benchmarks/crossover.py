@@ -5,7 +5,10 @@ vocabulary of d_model tokens) with seeded random weights, built from their confi
 downloads). On each (layers, d_model, n_token) EAP, EAP-IG (10 steps) and linear CircuitLasso run
 as in the InterpBench harness on the same random prompt pairs, after one warm-up each; a time is
 collection plus solve. Every ratio is against CircuitLasso in the same run. The predicted ratio
-is Proposition 2's with L = the model's component nodes and eps = the linear fit's tolerance.
+is Proposition 2's with L = the model's component nodes and eps = the linear fit's tolerance. The
+proposition compares the costs beyond the forward passes both methods share (the collection), so
+each run gives that ratio measured too: EAP-IG's gradient passes over CircuitLasso's solve
+(`eap_ig_additional_ratio`); the whole-time ratio (`eap_ig_ratio`) adds the shared passes to both.
 
 The default grid varies one size at a time around `--base` (2 layers, d_model 128, 64 tokens):
 layers 2, 4, 8, 12; d_model 128, 256, 512, 768; n_token 16, 64, 256; each at 8, 64 and 512

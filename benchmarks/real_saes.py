@@ -1,14 +1,16 @@
 """Sweep of the real model's SAE settings: quality and training time per layer.
 
-all-MiniLM-L6-v2's per-layer representation is collected once at the real tokens of CoLA's
-training sentences (train) and in-domain dev sentences (scored). For each setting of the grid
+all-MiniLM-L6-v2's per-layer representation (or, with `--finetuned`, that of the model fine-tuned
+on CoLA, `all-minilm-l6-v2-cola`) is collected once at the real tokens of CoLA's training
+sentences (train) and in-domain dev sentences (scored). For each setting of the grid
 (width, k, training tokens, rounds, learning rate; batch 512 tokens) and each chosen layer, one
 TopK SAE is trained exactly as `circuitlasso real build` trains it
 (`circuitlasso.data.minilm_saes.train_layer_sae`) and scored on dev: explained variance, share
 of dead features, L0, seconds. The library's defaults are the cheapest setting that reaches an
 explained variance of 0.8 with at most 10 % dead features on every layer.
 
-Run: python benchmarks/real_saes.py [--layers 0 3 5] [--grid WIDTH:K:TOKENS:ROUNDS:LR ...]
+Run: python benchmarks/real_saes.py [--finetuned] [--layers 0 3 5]
+         [--grid WIDTH:K:TOKENS:ROUNDS:LR ...]
 Prints the table, then one JSON line (the rows).
 """
 
@@ -23,6 +25,7 @@ import pandas as pd
 
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import load_minilm
+from circuitlasso.data.minilm_cola import load_finetuned
 from circuitlasso.data.minilm_saes import (
     MiniLMSAEConfig,
     sae_quality,
@@ -58,8 +61,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, nargs="*", default=[0, 3, 5])
     parser.add_argument("--grid", nargs="*", default=DEFAULT_GRID)
+    parser.add_argument(
+        "--finetuned", action="store_true", help="the model fine-tuned on CoLA (its shipped build)"
+    )
     args = parser.parse_args()
-    model = load_minilm()
+    model = load_finetuned() if args.finetuned else load_minilm()
     train = token_activations(model, list(load_cola("train").sentence))
     dev = token_activations(model, list(load_cola("dev").sentence))
     print(f"tokens: train {len(train[0])}, dev {len(dev[0])}", flush=True)

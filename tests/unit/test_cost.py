@@ -101,6 +101,8 @@ def test_time_methods_row_on_a_tiny_model() -> None:
         "solve_over_floor",
         "eap_ig_ratio",
         "eap_ratio",
+        "eap_ig_additional_ratio",
+        "eap_additional_ratio",
         "predicted_ratio",
         "regime",
     }
@@ -150,6 +152,8 @@ def test_time_methods_times_collection_plus_solve_after_a_warm_up(monkeypatch) -
     assert (row["eap_s"], row["eap_ig_s"], row["circuitlasso_s"]) == (3.0, 12.0, 4.0)
     assert (row["eap_ig_ratio"], row["eap_ratio"]) == (3.0, 0.75)
     assert row["circuitlasso_solve_s"] == 1.0
+    # beyond the shared forward passes: the gradient passes over the solve
+    assert (row["eap_ig_additional_ratio"], row["eap_additional_ratio"]) == (11.0, 2.0)
 
 
 def test_crossover_grid_crosses_configs_with_prompt_pairs(monkeypatch) -> None:
@@ -179,5 +183,6 @@ def test_a_projected_row_says_what_it_projected() -> None:
     measured = float(row["projected"].split("count), ")[1].split(" s measured")[0])
     assert row["circuitlasso_solve_s"] >= measured  # projected up from a share of the children
     assert row["eap_ig_ratio"] == pytest.approx(row["eap_ig_s"] / row["circuitlasso_s"])
+    assert 0 < row["eap_ig_additional_ratio"] * row["circuitlasso_solve_s"] < row["eap_ig_s"]
     with pytest.raises(ValueError, match="eap_prompts"):
         cost.projected_time_methods(1, 64, 4, n_prompts=2, eap_prompts=3)

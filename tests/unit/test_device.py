@@ -18,7 +18,9 @@ on the CPU, ``device=None``) and once on an accelerator:
 - CPU tests: the same paths on :class:`SimulatedCuda`, a stand-in CUDA device on the CPU that
   enforces CUDA's two rules that device bugs break (numpy refuses device tensors; an op refuses
   non-scalar tensors of two devices). The computation is the CPU's, so the results must equal the
-  reference exactly (the reference solves its working sets by FISTA, as a device does). The fit
+  reference (the reference solves its working sets by FISTA, as a device does): exactly, up to
+  one float32 rounding, where only a model runs; within ``STAND_IN_FIT_TOLERANCE`` with the same
+  zeros where a fit ends the path. The fit
   wrappers must also pass ``device`` on to every solver call they make: the solver entry points
   they call are wrapped to record it, because a wrapper that drops ``device`` just solves on the
   CPU and gives the same numbers.
@@ -65,6 +67,11 @@ LAYERS = (1, 3)  # the SAE layers: one layer pair, the label read from the last
 N_PROMPTS = 40
 MODEL_TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}  # CUDA against CPU (see the module docstring)
 FIT_TOLERANCE = {"rtol": 1e-2, "atol": 1e-3}
+# the stand-in device batches a fit's outputs by its memory budget, not the CPU's cache caps: a
+# batched product then rounds differently in its last float32 bit, and FISTA's iterates carry
+# that rounding to where they stop within the gap (up to 1e-5 relative on the toy world)
+STAND_IN_FIT_TOLERANCE = {"rtol": 1e-4, "atol": 0.0}
+ONE_ULP = {"rtol": 2 * float(np.finfo(np.float32).eps), "atol": 0.0}
 CUDA = torch.device("cuda", 0)
 
 # --- A stand-in CUDA device ---------------------------------------------------------------------
@@ -502,10 +509,9 @@ def recording(solver: Callable, calls: list) -> Callable:
 def test_path_on_simulated_cuda_matches_cpu(
     name: str, cpu_setup: Setup, references, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The CPU's results on the stand-in device, every solver call given ``device``: exactly,
-    up to one float32 rounding of a coefficient (the device batches outputs by its budget, not
-    the CPU's cache caps; each output's float64 solution on its support can then round to the
-    neighbouring float32)."""
+    """The CPU's results on the stand-in device, every solver call given ``device``: up to one
+    float32 rounding where only a model runs, within ``STAND_IN_FIT_TOLERANCE`` where a fit
+    ends the path."""
     expected = reference(name, cpu_setup, references)
     calls: dict[str, list] = {}
     for solver in PATHS[name].wraps:
@@ -516,7 +522,8 @@ def test_path_on_simulated_cuda_matches_cpu(
     monkeypatch.setattr(workset, "inner_solver", lambda device: fista)  # as the reference's
     with simulated(cpu_setup) as setup:
         got = PATHS[name].run(setup)
-    assert_same(got, expected, rtol=2 * float(np.finfo(np.float32).eps), atol=0)  # one ulp
+    fits = PATHS[name].tolerance == FIT_TOLERANCE
+    assert_same(got, expected, **(STAND_IN_FIT_TOLERANCE if fits else ONE_ULP))
     for solver, devices in calls.items():
         assert devices and all(d == "cuda" for d in devices), f"{solver} got device {devices}"
 

@@ -90,6 +90,7 @@ def test_crossover_figure_is_loglog_with_the_diagonal_and_unit_lines() -> None:
             "predicted_ratio": [0.5, 20.0],
             "eap_ig_ratio": [0.05, 2.0],
             "eap_ratio": [0.01, 0.4],
+            "eap_ig_additional_ratio": [0.2, 30.0],
         }
     )
     fig = plots.crossover(table)
@@ -99,4 +100,5 @@ def test_crossover_figure_is_loglog_with_the_diagonal_and_unit_lines() -> None:
     assert any(np.allclose(xy[:, 0], xy[:, 1]) and len(xy) == 2 for xy in lines)  # y = x
     assert sum(np.allclose(xy[:, 1], 1.0) for xy in lines) == 1  # measured ratio 1
     assert sum(np.allclose(xy[:, 0], 1.0) for xy in lines) == 1  # predicted ratio 1
-    assert len(ax.collections) == 2 and len(ax.texts) == 2
+    assert len(ax.collections) == 3 and len(ax.texts) == 2
+    assert max(ax.get_ylim()) >= 30.0  # every point within the axes

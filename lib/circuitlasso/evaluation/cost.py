@@ -15,7 +15,9 @@
 - `crossover_grid` measures that ratio: wall times of EAP, EAP-IG and CircuitLasso (collection
   plus solve, the InterpBench harness's calls) on GPT-2-family models with seeded random weights
   (`gpt2_family`, `build_model`), on the same random prompts, one row per (layers, d_model,
-  n_token, prompt pairs) next to the ratio Proposition 2 predicts for that shape, and
+  n_token, prompt pairs) next to the ratio Proposition 2 predicts for that shape (the ratio of
+  the costs beyond the forward passes both methods share, so measured as well: EAP-IG's
+  gradient passes over CircuitLasso's solve, ``eap_ig_additional_ratio``), and
   CircuitLasso's solve next to its floor, Proposition 1's count divided by the measured
   throughput of a dense product (`time_methods`);
   `crossover_fit` says where the measured ratio crosses 1 on the predicted ratio's scale.
@@ -381,14 +383,14 @@ def time_methods(
     model = build_model(shape, n_ctx=n_tokens, seed=seed)
     prompts = random_prompt_pairs(n_prompts, n_tokens, model.cfg.d_vocab, seed)
     warmup = PromptPairs(prompts.clean[:2], prompts.corrupted[:2], prompts.position_mask)
-    seconds, solve = {}, {}
+    seconds, additional = {}, {}
     for column, method in CROSSOVER_METHODS.items():
         run_method(method, model, warmup, seed)
         runs = [run_method(method, model, prompts, seed) for _ in range(repeats)]
         best = min(runs, key=lambda r: r.collect_seconds + r.solve_seconds)
         seconds[column] = best.collect_seconds + best.solve_seconds
-        solve[column] = best.solve_seconds
-    return _methods_row(shape, model, n_tokens, n_prompts, seconds, solve["circuitlasso"])
+        additional[column] = best.solve_seconds
+    return _methods_row(shape, model, n_tokens, n_prompts, seconds, additional)
 
 
 def _methods_row(
@@ -397,10 +399,13 @@ def _methods_row(
     n_tokens: int,
     n_prompts: int,
     seconds: dict[str, float],
-    solve: float,
+    additional: dict[str, float],
 ) -> dict[str, object]:
     """A crossover row from the methods' seconds (``eap``, ``eap_ig``, ``circuitlasso``) and
-    CircuitLasso's solve: the ratios, Proposition 2's prediction and the solve's floor."""
+    their seconds beyond the forward passes they share (``additional``: EAP's and EAP-IG's
+    gradient passes, CircuitLasso's solve): the ratios of both, Proposition 2's prediction and
+    the solve's floor."""
+    solve = additional["circuitlasso"]
     n_locations = len(graph_nodes(model))
     n_obs = 2 * n_prompts
     predicted = proposition2(shape, n_locations, n_tokens, LINEAR_TOL)
@@ -421,6 +426,8 @@ def _methods_row(
         "solve_over_floor": solve / floor,
         "eap_ig_ratio": seconds["eap_ig"] / seconds["circuitlasso"],
         "eap_ratio": seconds["eap"] / seconds["circuitlasso"],
+        "eap_ig_additional_ratio": additional["eap_ig"] / solve,
+        "eap_additional_ratio": additional["eap"] / solve,
         "predicted_ratio": predicted["cost_ratio"],
         "regime": predicted["regime"],
     }
@@ -468,14 +475,15 @@ def projected_time_methods(
     few = PromptPairs(
         prompts.clean[:eap_prompts], prompts.corrupted[:eap_prompts], prompts.position_mask
     )
-    seconds = {}
+    seconds, additional = {}, {}
     for column, method in (("eap", "eap"), ("eap_ig", "eap-ig")):
         run = run_method(method, model, few, seed)
         seconds[column] = (run.collect_seconds + run.solve_seconds) * n_prompts / eap_prompts
-    solve = clock.laps["solve"] / share
-    seconds["circuitlasso"] = clock.laps["collect"] + solve
+        additional[column] = run.solve_seconds * n_prompts / eap_prompts
+    additional["circuitlasso"] = clock.laps["solve"] / share
+    seconds["circuitlasso"] = clock.laps["collect"] + additional["circuitlasso"]
     return {
-        **_methods_row(shape, model, n_tokens, n_prompts, seconds, solve),
+        **_methods_row(shape, model, n_tokens, n_prompts, seconds, additional),
         "projected": (
             f"solve: {len(chosen)} of {len(with_parents)} children ({share:.1%} of the count), "
             f"{clock.laps['solve']:.3g} s measured; EAP and EAP-IG: {eap_prompts} of "
@@ -504,9 +512,10 @@ def crossover_grid(
     return pd.DataFrame(rows)
 
 
-def crossover_fit(
-    table: pd.DataFrame, measured: Sequence[str] = ("eap_ig_ratio", "eap_ratio")
-) -> pd.DataFrame:
+CROSSOVER_RATIOS = ("eap_ig_ratio", "eap_ratio", "eap_ig_additional_ratio", "eap_additional_ratio")
+
+
+def crossover_fit(table: pd.DataFrame, measured: Sequence[str] = CROSSOVER_RATIOS) -> pd.DataFrame:
     """Where each measured ratio of `crossover_grid` crosses 1, against the predicted ratio.
 
     One row per column in `measured`: the slope of the least-squares line of log(measured) on

@@ -72,12 +72,18 @@ def crossover(table: pd.DataFrame) -> Figure:
     """Measured time ratio against Proposition 2's predicted ratio, log-log, one marker per config.
 
     ``table`` as returned by :func:`circuitlasso.evaluation.cost.crossover_grid`: EAP-IG /
-    CircuitLasso and EAP / CircuitLasso against ``predicted_ratio``, with the line y = x and the
-    lines where either ratio is 1 (the quadrant above and right of both: both say CircuitLasso
-    is cheaper).
+    CircuitLasso and EAP / CircuitLasso (whole times), and EAP-IG's gradient passes over
+    CircuitLasso's solve (the costs beyond the shared forward passes, which the proposition
+    compares), against ``predicted_ratio``, with the line y = x and the lines where either ratio
+    is 1 (the quadrant above and right of both: both say CircuitLasso is cheaper).
     """
+    series = (
+        ("eap_ig_ratio", "EAP-IG", "o"),
+        ("eap_ratio", "EAP", "s"),
+        ("eap_ig_additional_ratio", "EAP-IG beyond the shared passes", "^"),
+    )
     fig, ax = plt.subplots(figsize=(6.5, 4.4))
-    for column, label, marker in (("eap_ig_ratio", "EAP-IG", "o"), ("eap_ratio", "EAP", "s")):
+    for column, label, marker in series:
         ax.scatter(table["predicted_ratio"], table[column], marker=marker, label=label, zorder=3)
     for _, row in table.iterrows():
         ax.annotate(
@@ -87,7 +93,7 @@ def crossover(table: pd.DataFrame) -> Figure:
             textcoords="offset points",
             fontsize="x-small",
         )
-    values = table[["predicted_ratio", "eap_ig_ratio", "eap_ratio"]].to_numpy(float)
+    values = table[["predicted_ratio", *(column for column, _, _ in series)]].to_numpy(float)
     low, high = min(values.min(), 1.0) / 2, max(values.max(), 1.0) * 2
     ax.plot([low, high], [low, high], "--", color="grey", lw=1, label="y = x")
     ax.axhline(1.0, color="black", lw=1)
