@@ -112,6 +112,9 @@ def test_the_shipped_build_is_read_by_default(small_cola) -> None:
     assert (
         report["weights"] == "float16" and report["config"]["epochs"] == mc.FinetuneConfig().epochs
     )
+    sae_report = mc.finetuned_saes_report()
+    assert sae_report["sae_explained_variance_min"] >= 0.8
+    assert sae_report["sae_dead_fraction_max"] <= 0.1
     saes = mc.load_finetuned_saes([0, 5])
     base = load_minilm_saes([0])[0]
     assert torch.equal(saes[0].W_dec, base.W_dec)
