@@ -91,7 +91,7 @@ def format_real_model_report(report: dict[str, Any]) -> str:
     cfg = report["config"]
     return "\n".join(
         [
-            f"SAEs: TopK, width {cfg['width']}, k {cfg['k']}, trained on "
+            f"SAEs: TopK, width {cfg['width']}, k as l0 below, trained on "
             f"{report['train_tokens']} tokens of CoLA train, scored on {report['dev_tokens']} "
             "tokens of CoLA in-domain dev",
             table.to_string(float_format=lambda v: f"{v:.3f}"),
