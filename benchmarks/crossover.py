@@ -12,7 +12,11 @@ each run gives that ratio measured too: EAP-IG's gradient passes over CircuitLas
 
 The default grid varies one size at a time around `--base` (2 layers, d_model 128, 64 tokens):
 layers 2, 4, 8, 12; d_model 128, 256, 512, 768; n_token 16, 64, 256; each at 8, 64 and 512
-prompt pairs (the largest take many minutes each on a CPU). CircuitLasso's solve is printed
+prompt pairs (the largest take many minutes each on a CPU, the whole grid hours on 2 cores).
+Each run's row is kept in ``--store`` (default under the cache) as soon as it ends, with the
+time it was measured, so a stopped grid resumes where it stopped; rows timed on another CPU,
+thread count or library version are measured again, and the output says how many rows it read
+back and when they were measured (``--fresh`` measures all). CircuitLasso's solve is printed
 next to its floor: Proposition 1's count over the measured throughput of a dense float64
 product at the solve's shape, with the threads of the run. Prints the table, the fit of
 measured on predicted ratio (`crossover_fit`), where Proposition 2 predicts a ratio of 2 or
@@ -32,14 +36,19 @@ import argparse
 import json
 import time
 import warnings
+from datetime import UTC, datetime
+from functools import partial
 
 import pandas as pd
 import torch
 
+from circuitlasso.cache import cache_root
 from circuitlasso.evaluation.cost import (
     crossover_fit,
     crossover_grid,
+    machine_description,
     projected_time_methods,
+    stored_row,
     vary_one_at_a_time,
 )
 
@@ -66,7 +75,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-gpt2-small", action="store_true", help="skip GPT-2 small's projected row"
     )
+    parser.add_argument(
+        "--store",
+        default=str(cache_root() / "crossover"),
+        help="folder keeping each run's row as it ends, so that a stopped grid resumes "
+        "(rows of another CPU, thread count or library version are measured again)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="measure every run, keep nothing")
     return parser.parse_args(argv)
+
+
+def shown(table: pd.DataFrame) -> str:
+    """``table`` as printed: 4 decimals, without the times its rows were measured at."""
+    return table.drop(columns="measured_at", errors="ignore").round(4).to_string(index=False)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -77,22 +98,39 @@ def main(argv: list[str] | None = None) -> dict:
     configs = QUICK if args.quick else vary_one_at_a_time(args.base, grids)
     pairs = [8] if args.quick else args.n_prompts
     start = time.perf_counter()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    store = None if args.fresh else args.store
     table = crossover_grid(
-        configs, n_prompts=pairs, repeats=args.repeats, seed=args.seed, progress=True
+        configs, n_prompts=pairs, repeats=args.repeats, seed=args.seed, progress=True, store=store
     )
     fits = crossover_fit(table) if table["predicted_ratio"].nunique() >= 2 else None
     gpt2 = None
     if not (args.quick or args.no_gpt2_small):
-        gpt2 = pd.DataFrame([projected_time_methods(12, 768, 64, n_prompts=64, seed=args.seed)])
+        project = partial(projected_time_methods, 12, 768, 64, n_prompts=64, seed=args.seed)
+        if store is None:
+            gpt2 = pd.DataFrame([project()])
+        else:
+            gpt2 = pd.DataFrame([stored_row(store, project, kind="gpt2_small", seed=args.seed)])
     expected = table[table["predicted_ratio"] >= 2]
     not_faster = expected[expected["eap_ig_ratio"] <= 1]
     many = table[table["n_prompts"] >= 64]
     with pd.option_context("display.width", 250, "display.max_rows", None):
         print(
             f"prompt pairs {pairs}, best of {args.repeats}, {args.threads} thread(s), seed "
-            f"{args.seed}; {len(table)} runs in {time.perf_counter() - start:.0f} s"
+            f"{args.seed}; {len(table)} runs in {time.perf_counter() - start:.0f} s on "
+            f"{machine_description()}"
         )
-        print(table.round(4).to_string(index=False))
+        if store is not None:
+            when = pd.concat([t["measured_at"] for t in (table, gpt2) if t is not None])
+            earlier = when[when < started]
+            print(
+                f"{len(earlier)} of {len(when)} runs read from {store}, as measured on this "
+                f"machine before this call (UTC {earlier.min()} to {earlier.max()}); --fresh "
+                "measures every run"
+                if len(earlier)
+                else f"every run measured now, each kept in {store} as it ended"
+            )
+        print(shown(table))
         print("\nlog(measured ratio) ~ log(predicted ratio)")
         if fits is None:
             print("not fitted: the grid has fewer than 2 predicted ratios")
@@ -106,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(not_faster[list(table.columns[:5]) + ["eap_ig_ratio"]].to_string(index=False))
         if gpt2 is not None:
             print("\nGPT-2 small's shape, PROJECTED (" + gpt2.loc[0, "projected"] + ")")
-            print(gpt2.drop(columns="projected").round(4).to_string(index=False))
+            print(shown(gpt2.drop(columns="projected")))
     result = {
         "runs": len(table),
         "n_prompts": pairs,

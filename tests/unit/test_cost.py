@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -167,6 +170,46 @@ def test_crossover_grid_crosses_configs_with_prompt_pairs(monkeypatch) -> None:
     table = cost.crossover_grid([(1, 64, 4), (2, 64, 4)], n_prompts=[8, 64])
     assert calls == [(1, 64, 4, 8), (2, 64, 4, 8), (1, 64, 4, 64), (2, 64, 4, 64)]
     assert table["n_prompts"].tolist() == [8, 8, 64, 64]
+
+
+def test_a_stopped_crossover_grid_resumes_from_its_store(monkeypatch, tmp_path) -> None:
+    calls = []
+
+    def fake_time(layers, d_model, n_tokens, *, n_prompts, repeats, seed):
+        calls.append((layers, n_prompts))
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the run is stopped during its third measurement
+        return {"layers": layers, "n_prompts": n_prompts, "eap_s": float(len(calls))}
+
+    monkeypatch.setattr(cost, "time_methods", fake_time)
+    configs = [(1, 64, 4), (2, 64, 4)]
+    with pytest.raises(KeyboardInterrupt):
+        cost.crossover_grid(configs, n_prompts=[8, 64], store=tmp_path)
+    assert calls == [(1, 8), (2, 8), (1, 64)]
+    table = cost.crossover_grid(configs, n_prompts=[8, 64], store=tmp_path)
+    # the two runs that ended are read back, the others measured (the stopped one again)
+    assert calls[3:] == [(1, 64), (2, 64)]
+    assert table["eap_s"].tolist() == [1.0, 2.0, 4.0, 5.0]
+    assert table["measured_at"].notna().all()
+    again = cost.crossover_grid(configs, n_prompts=[8, 64], store=tmp_path)
+    assert len(calls) == 5
+    pd.testing.assert_frame_equal(again, table)
+    # another seed, or another thread count, is another run
+    cost.crossover_grid(configs[:1], n_prompts=8, seed=1, store=tmp_path)
+    with torch_threads(torch.get_num_threads() + 1):
+        cost.crossover_grid(configs[:1], n_prompts=8, store=tmp_path)
+    assert calls[5:] == [(1, 8), (1, 8)]
+    assert "measured_at" not in cost.crossover_grid(configs[:1], n_prompts=8).columns
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_vary_one_at_a_time_moves_one_size_from_the_base() -> None:

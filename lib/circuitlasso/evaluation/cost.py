@@ -26,8 +26,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import os
+import platform
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,6 +40,8 @@ import torch
 from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+import circuitlasso
+from circuitlasso.cache import cache_key, load_or_compute
 from circuitlasso.circuits.components import LINEAR_TOL, linear_edge_scores
 from circuitlasso.collect import collect_nodes
 from circuitlasso.data.graph import graph_nodes
@@ -499,17 +506,59 @@ def crossover_grid(
     repeats: int = 1,
     seed: int = 0,
     progress: bool = False,
+    store: str | Path | None = None,
 ) -> pd.DataFrame:
     """`time_methods` for every (layers, d_model, n_token) in `configs` and every number of
-    prompt pairs in `n_prompts`, one row each."""
+    prompt pairs in `n_prompts`, one row each.
+
+    With ``store`` (a folder), each run's row is saved there as soon as it is measured, and a
+    later call reads it back instead of measuring it again when the run, the CPU, torch's
+    threads and the library's version are the same: a grid that takes hours resumes where it
+    stopped. The table then has a ``measured_at`` column (UTC) saying when each row was timed.
+    """
     pairs = [n_prompts] if isinstance(n_prompts, int) else list(n_prompts)
     runs = [(config, n) for n in pairs for config in configs]
     rows = []
     for (layers, d_model, n_tokens), n in tqdm(runs, desc="crossover", disable=not progress):
-        rows.append(
-            time_methods(layers, d_model, n_tokens, n_prompts=n, repeats=repeats, seed=seed)
+        measure = partial(
+            time_methods, layers, d_model, n_tokens, n_prompts=n, repeats=repeats, seed=seed
         )
+        if store is None:
+            rows.append(measure())
+        else:
+            sizes = {"layers": layers, "d_model": d_model, "n_tokens": n_tokens, "n_prompts": n}
+            rows.append(
+                stored_row(store, measure, kind="time_methods", repeats=repeats, seed=seed, **sizes)
+            )
     return pd.DataFrame(rows)
+
+
+def stored_row(
+    store: str | Path, measure: Callable[[], dict[str, object]], **run: object
+) -> dict[str, object]:
+    """``measure()``'s row with the UTC time it ended (``measured_at``), saved in ``store`` under
+    ``run``, this machine (:func:`machine_description`) and the library's version; or the row
+    saved there by an earlier call with the same ones, read back without measuring."""
+    key = cache_key(**run, machine=machine_description(), version=circuitlasso.__version__)
+
+    def timed() -> dict[str, object]:
+        return {**measure(), "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
+
+    return load_or_compute(key, timed, root=store)
+
+
+def machine_description() -> str:
+    """The CPU's model name (where the OS says it), its logical cores and torch's threads."""
+    name = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        models = [
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        name = models[0] if models else name
+    return f"{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
 CROSSOVER_RATIOS = ("eap_ig_ratio", "eap_ratio", "eap_ig_additional_ratio", "eap_additional_ratio")
