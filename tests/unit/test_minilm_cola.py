@@ -21,6 +21,7 @@ from circuitlasso.data.minilm import (
     minilm_tokenizer,
 )
 from circuitlasso.data.minilm_saes import load_minilm_saes
+from circuitlasso.presentation.cli import main
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -71,6 +72,63 @@ def test_a_run_is_deterministic_and_seeded(monkeypatch, small_cola) -> None:
     assert any(not torch.equal(first[k], other[k]) for k in first)
     assert report["train_sentences"] + report["validation_sentences"] == 64
     assert 0 <= report["dev_accuracy"] <= 1 and -1 <= report["dev_mcc"] <= 1
+
+
+def test_a_low_rank_run_stores_factors_that_read_back_as_the_model_it_trained(
+    monkeypatch, small_cola
+) -> None:
+    """LoRA on the top two blocks: the build stores only their factors and the head, and the
+    weights read from them (the update added to the sentence model's) give the trained
+    classifier's logits."""
+    monkeypatch.setattr(mc, "load_cola", lambda split: small_cola[split])
+    cfg = mc.FinetuneConfig(
+        lora_rank=4, learning_rate=1e-2, epochs=1, batch_size=16, trained_layers=2
+    )
+    stored, _ = mc.finetune(cfg, progress=False)
+    factors = [n for n in stored if not n.startswith("head.")]
+    assert len(factors) == 2 * 6 * 2  # 2 blocks, 6 linear maps, factors A and B
+    assert all(n.endswith(("lora_A.weight", "lora_B.weight")) for n in factors)
+    assert {n.split(".")[2] for n in factors} == {"4", "5"}
+    with mc._deterministic():
+        *_, (_, trained, names, _) = mc._epochs(cfg, cfg.learning_rate, 1, progress=False)
+    assert {n for n in names if "lora_" in n} and all("lora_" in n or ".head." in n for n in names)
+    weights = mc._readable_weights(stored, cfg)
+    before = minilm_hf().state_dict()
+    changed = [n for n in weights if n in before and not torch.equal(weights[n], before[n])]
+    assert changed and {n.split(".")[2] for n in changed} == {"4", "5"}
+    blocks = {n: w for n, w in weights.items() if not n.startswith("head.")}
+    tokenizer = minilm_tokenizer()
+    merged = mc.AcceptabilityClassifier(minilm_hf(weights=blocks), tokenizer)
+    merged.head.load_state_dict({"weight": weights["head.weight"], "bias": weights["head.bias"]})
+    ids, attention = mc._batches(tokenizer, list(small_cola["dev"].sentence), 24)[0]
+    trained.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            merged(ids, attention), trained(ids, attention), atol=1e-5, rtol=0
+        )
+    below = {"encoder.layer.3.attention.self.query.lora_A.weight": stored[factors[0]]}
+    with pytest.raises(ValueError, match="LoRA factors do not match"):
+        mc._readable_weights(below, cfg)
+
+
+def test_the_cli_sweeps_the_runs_it_is_given(monkeypatch, capsys) -> None:
+    seen = []
+
+    def fake_sweep(cfg, rates, epochs):
+        seen.append((cfg, list(rates), epochs))
+        return pd.DataFrame({"learning_rate": list(rates)})
+
+    monkeypatch.setattr(mc, "sweep", fake_sweep)
+    monkeypatch.setattr(mc, "finetune_report", lambda: {"dev_accuracy": 0.7})
+    monkeypatch.setattr(mc, "finetune_dir", lambda: Path("built"))
+    args = ["--trained-layers", "6", "--lora-rank", "8", "--learning-rates", "5e-4,1e-3"]
+    assert main(["real", "finetune", "--sweep", *args, "--epochs", "3"]) == 0
+    assert main(["real", "finetune", "--sweep"]) == 0
+    assert seen == [
+        (mc.FinetuneConfig(trained_layers=6, lora_rank=8), [5e-4, 1e-3], 3),
+        (mc.FinetuneConfig(), list(mc.SWEEP_LEARNING_RATES), mc.SWEEP_EPOCHS),
+    ]
+    assert "trained_layers 6, lora_rank 8" in capsys.readouterr().out
 
 
 def test_fine_tuned_weights_convert_like_the_sentence_models(monkeypatch, small_cola) -> None:

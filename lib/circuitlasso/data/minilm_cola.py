@@ -6,8 +6,10 @@ its label readout explains a decision the model does not make. Fine-tuning on th
 standard way a BERT-family model does CoLA (GLUE), gives it one: the top ``trained_layers``
 blocks and a linear head on the mean of the last layer's real-token states (the token average
 every feature in this library is, so the label readout ``A_{L,y}`` reads what the head reads)
-are trained with AdamW on CoLA's in-domain training sentences, less a seeded validation share;
-the embeddings and the lower blocks stay as they were. The learning rate and the number of
+are trained with AdamW on CoLA's in-domain training sentences, less a seeded validation share
+(the blocks in full, or with ``lora_rank`` as a low-rank update of each of their linear maps,
+which a build stores in a fraction of the space); the embeddings and the lower blocks stay as
+they were. The learning rate and the number of
 epochs are chosen on the validation share by Matthews correlation (CoLA's GLUE metric), never on
 the dev set the chapters report.
 
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 from sae_lens import SAE
 from safetensors.torch import load_file, save_file
 from sklearn.metrics import matthews_corrcoef
@@ -63,6 +66,8 @@ NAME = "all-minilm-l6-v2-cola"
 BUILD_COMMAND = "circuitlasso real finetune"
 WEIGHTS_FILE = "weights.safetensors"
 HEAD = "head."
+PEFT_PREFIX = "base_model.model."
+"""What ``peft`` puts before the names of the model it adapts."""
 SHIPPED_DIR = "minilm_cola_built"
 """The package data folder (under ``circuitlasso/data``) of the shipped build."""
 SAE_CONFIG = MiniLMSAEConfig(k=48, training_tokens=1_800_000)
@@ -84,6 +89,10 @@ class FinetuneConfig:
     at most 0.207 (``circuitlasso real finetune --sweep`` prints the table)."""
 
     trained_layers: int = 2
+    lora_rank: int = 0
+    """0: the trained blocks learn every weight. r > 0: each linear map of theirs keeps its
+    weight W and learns a rank-r update, W + (2r / r) B A (LoRA, with ``peft``); a build stores
+    the factors A and B, and reading it adds the update to the sentence model's weights."""
     learning_rate: float = 1e-4
     epochs: int = 6
     batch_size: int = 32
@@ -136,6 +145,42 @@ def _trainable(classifier: AcceptabilityClassifier, trained_layers: int) -> list
     return names
 
 
+def _lora_config(cfg: FinetuneConfig) -> LoraConfig:
+    """LoRA of rank ``cfg.lora_rank`` on every linear map of the trained blocks (of the
+    classifier or of a bare ``BertModel`` alike)."""
+    first = N_LAYERS - cfg.trained_layers
+    blocks = "|".join(str(i) for i in range(first, N_LAYERS))
+    return LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=2 * cfg.lora_rank,
+        lora_dropout=0.0,
+        target_modules=rf"(.*\.)?encoder\.layer\.({blocks})\..*(query|key|value|dense)",
+    )
+
+
+def _readable_weights(
+    stored: dict[str, torch.Tensor], cfg: FinetuneConfig
+) -> dict[str, torch.Tensor]:
+    """A build's stored tensors as float32 weights: the trained blocks' under their
+    ``BertModel`` names and the head's under ``head.``; LoRA factors are added to the sentence
+    model's weights first (merged, as ``peft`` merges them)."""
+    weights = {n: w.float() for n, w in stored.items()}
+    if not cfg.lora_rank:
+        return weights
+    model = get_peft_model(minilm_hf(), _lora_config(cfg))
+    adapters = {PEFT_PREFIX + n: w for n, w in weights.items() if not n.startswith(HEAD)}
+    expected = set(get_peft_model_state_dict(model, save_embedding_layers=False))
+    if set(adapters) != expected:
+        odd = sorted(set(adapters) ^ expected)[:3]
+        raise ValueError(f"the build's LoRA factors do not match the model's layers: {odd}")
+    set_peft_model_state_dict(model, adapters)
+    merged = model.merge_and_unload().state_dict()
+    first = N_LAYERS - cfg.trained_layers
+    blocks = tuple(f"encoder.layer.{i}." for i in range(first, N_LAYERS))
+    head = {n: w for n, w in weights.items() if n.startswith(HEAD)}
+    return {**{n: w for n, w in merged.items() if n.startswith(blocks)}, **head}
+
+
 def _batches(
     tokenizer: BertTokenizer, sentences: list[str], size: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -149,7 +194,7 @@ def _batches(
 
 @torch.no_grad()
 def predict(
-    classifier: AcceptabilityClassifier, tokenizer: BertTokenizer, sentences: list[str]
+    classifier: torch.nn.Module, tokenizer: BertTokenizer, sentences: list[str]
 ) -> np.ndarray:
     """(N,) predicted labels (1 = acceptable) of ``sentences``."""
     classifier.eval()
@@ -168,7 +213,7 @@ def scores(labels: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
 
 def _epochs(
     cfg: FinetuneConfig, learning_rate: float, epochs: int, *, progress: bool
-) -> Iterator[tuple[int, AcceptabilityClassifier, list[str], dict[str, float]]]:
+) -> Iterator[tuple[int, torch.nn.Module, list[str], dict[str, float]]]:
     """Train one run, yielding after each epoch: the epoch, the classifier, its trained
     parameters' names and its validation scores. Deterministic for a seed (and thread count)."""
     tokenizer = minilm_tokenizer()
@@ -177,8 +222,13 @@ def _epochs(
     sentences, labels = list(train.sentence), train.label.to_numpy()
     val_sentences = [sentences[i] for i in val_rows]
     torch.manual_seed(cfg.seed)
-    classifier = AcceptabilityClassifier(minilm_hf(), tokenizer)
-    names = _trainable(classifier, cfg.trained_layers)
+    model = AcceptabilityClassifier(minilm_hf(), tokenizer)
+    names = _trainable(model, cfg.trained_layers)
+    classifier: torch.nn.Module = model
+    if cfg.lora_rank:
+        classifier = get_peft_model(model, _lora_config(cfg))
+        model.head.requires_grad_(True)
+        names = [n for n, p in classifier.named_parameters() if p.requires_grad]
     params = [p for p in classifier.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=cfg.weight_decay)
     order = np.random.default_rng(cfg.seed)
@@ -228,7 +278,13 @@ def finetune(
     predicted = predict(classifier, minilm_tokenizer(), list(dev.sentence))
     on_dev = scores(dev.label.to_numpy(), predicted)
     state = classifier.state_dict()
-    weights = {n.removeprefix("encoder."): state[n].detach().clone() for n in names}
+    if cfg.lora_rank:  # the factors and the head, under the classifier's names
+        head = {n: w for n, w in state.items() if n.startswith(PEFT_PREFIX + HEAD)}
+        adapters = {**get_peft_model_state_dict(classifier, save_embedding_layers=False), **head}
+        state = {n.removeprefix(PEFT_PREFIX): w for n, w in adapters.items()}
+    else:
+        state = {n: state[n] for n in names}
+    weights = {n.removeprefix("encoder."): w.detach().clone() for n, w in state.items()}
     train_rows, val_rows = validation_split(len(load_cola("train")), cfg.validation_share, cfg.seed)
     report = {
         "config": asdict(cfg),
@@ -291,7 +347,7 @@ def finetuned_weights(cfg: FinetuneConfig = FinetuneConfig()) -> dict[str, torch
     root = finetune_dir(cfg)
     if not (root / MANIFEST_FILE).is_file():
         build_finetuned(root, cfg)
-    return {name: w.float() for name, w in load_file(root / WEIGHTS_FILE).items()}
+    return _readable_weights(load_file(root / WEIGHTS_FILE), cfg)
 
 
 def finetune_report(cfg: FinetuneConfig = FinetuneConfig()) -> dict[str, Any]:
@@ -401,7 +457,8 @@ def ship_finetuned(
         build_finetuned(build, cfg)
     saes = _cached_saes_dir(cfg, SAE_CONFIG)
     rounded = {n: w.to(torch.float16) for n, w in load_file(build / WEIGHTS_FILE).items()}
-    weights = {n: w.float() for n, w in rounded.items() if not n.startswith(HEAD)}
+    readable = _readable_weights(rounded, cfg)
+    weights = {n: w for n, w in readable.items() if not n.startswith(HEAD)}
     model = load_minilm(weights=weights, name=NAME)
     if not (saes / MANIFEST_FILE).is_file():
         first = N_LAYERS - cfg.trained_layers
@@ -409,7 +466,7 @@ def ship_finetuned(
     tokenizer = minilm_tokenizer()
     classifier = AcceptabilityClassifier(minilm_hf(weights=weights), tokenizer)
     classifier.head.load_state_dict(
-        {"weight": rounded[f"{HEAD}weight"].float(), "bias": rounded[f"{HEAD}bias"].float()}
+        {"weight": readable[f"{HEAD}weight"], "bias": readable[f"{HEAD}bias"]}
     )
     dev = load_cola("dev")
     on_dev = scores(dev.label.to_numpy(), predict(classifier, tokenizer, list(dev.sentence)))

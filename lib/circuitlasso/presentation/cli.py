@@ -124,6 +124,9 @@ def _real_report(args: argparse.Namespace) -> int:
 
 def _real_finetune(args: argparse.Namespace) -> int:
     from circuitlasso.data.minilm_cola import (
+        SWEEP_EPOCHS,
+        SWEEP_LEARNING_RATES,
+        FinetuneConfig,
         finetune_dir,
         finetune_report,
         ship_finetuned,
@@ -131,7 +134,12 @@ def _real_finetune(args: argparse.Namespace) -> int:
     )
 
     if args.sweep:
-        print(sweep().round(4).to_string(index=False))
+        given = {"trained_layers": args.trained_layers, "lora_rank": args.lora_rank}
+        cfg = FinetuneConfig(**{k: v for k, v in given.items() if v is not None})
+        rates = args.learning_rates or SWEEP_LEARNING_RATES
+        table = sweep(cfg, rates, args.epochs or SWEEP_EPOCHS)
+        print(f"trained_layers {cfg.trained_layers}, lora_rank {cfg.lora_rank}")
+        print(table.round(4).to_string(index=False))
     if args.ship:
         print(f"float16 weights and SAEs shipped with the package at {ship_finetuned()}")
     report = finetune_report()
@@ -311,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     real_finetune.add_argument(
         "--sweep", action="store_true", help="run and print the sweep (several minutes)"
     )
+    runs = real_finetune.add_argument_group(
+        "the sweep's runs (with --sweep; by default, the sweep that chose the book's configuration)"
+    )
+    runs.add_argument("--trained-layers", type=int, help="top blocks trained")
+    runs.add_argument("--lora-rank", type=int, help="0: whole blocks train; r > 0: LoRA of rank r")
+    runs.add_argument(
+        "--learning-rates", type=lambda text: [float(v) for v in text.split(",")], help="a,b,..."
+    )
+    runs.add_argument("--epochs", type=int, help="the runs' epochs, each scored")
     real_finetune.add_argument(
         "--ship",
         action="store_true",
