@@ -28,12 +28,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 from sae_lens import SAE
 from safetensors.torch import load_file, save_file
 from sklearn.metrics import matthews_corrcoef
@@ -61,6 +60,9 @@ from circuitlasso.data.minilm_saes import (
     ship_minilm_saes,
 )
 from circuitlasso.forward import hook_activations, mean_over_real, prompt_batches, special_ids
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 NAME = "all-minilm-l6-v2-cola"
 BUILD_COMMAND = "circuitlasso real finetune"
@@ -91,7 +93,7 @@ class FinetuneConfig:
     trained_layers: int = 2
     lora_rank: int = 0
     """0: the trained blocks learn every weight. r > 0: each linear map of theirs keeps its
-    weight W and learns a rank-r update, W + (2r / r) B A (LoRA, with ``peft``); a build stores
+    weight W and learns a rank-r update, W + 2 B A (LoRA with alpha 2r, ``peft``); a build stores
     the factors A and B, and reading it adds the update to the sentence model's weights."""
     learning_rate: float = 1e-4
     epochs: int = 6
@@ -148,6 +150,8 @@ def _trainable(classifier: AcceptabilityClassifier, trained_layers: int) -> list
 def _lora_config(cfg: FinetuneConfig) -> LoraConfig:
     """LoRA of rank ``cfg.lora_rank`` on every linear map of the trained blocks (of the
     classifier or of a bare ``BertModel`` alike)."""
+    from peft import LoraConfig  # here: peft takes seconds to import, and only LoRA needs it
+
     first = N_LAYERS - cfg.trained_layers
     blocks = "|".join(str(i) for i in range(first, N_LAYERS))
     return LoraConfig(
@@ -167,6 +171,8 @@ def _readable_weights(
     weights = {n: w.float() for n, w in stored.items()}
     if not cfg.lora_rank:
         return weights
+    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
     model = get_peft_model(minilm_hf(), _lora_config(cfg))
     adapters = {PEFT_PREFIX + n: w for n, w in weights.items() if not n.startswith(HEAD)}
     expected = set(get_peft_model_state_dict(model, save_embedding_layers=False))
@@ -226,6 +232,8 @@ def _epochs(
     names = _trainable(model, cfg.trained_layers)
     classifier: torch.nn.Module = model
     if cfg.lora_rank:
+        from peft import get_peft_model
+
         classifier = get_peft_model(model, _lora_config(cfg))
         model.head.requires_grad_(True)
         names = [n for n, p in classifier.named_parameters() if p.requires_grad]
@@ -279,6 +287,8 @@ def finetune(
     on_dev = scores(dev.label.to_numpy(), predicted)
     state = classifier.state_dict()
     if cfg.lora_rank:  # the factors and the head, under the classifier's names
+        from peft import get_peft_model_state_dict
+
         head = {n: w for n, w in state.items() if n.startswith(PEFT_PREFIX + HEAD)}
         adapters = {**get_peft_model_state_dict(classifier, save_embedding_layers=False), **head}
         state = {n.removeprefix(PEFT_PREFIX): w for n, w in adapters.items()}
