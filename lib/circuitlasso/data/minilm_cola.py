@@ -9,9 +9,8 @@ every feature in this library is, so the label readout ``A_{L,y}`` reads what th
 are trained with AdamW on CoLA's in-domain training sentences, less a seeded validation share
 (the blocks in full, or with ``lora_rank`` as a low-rank update of each of their linear maps,
 which a build stores in a fraction of the space); the embeddings and the lower blocks stay as
-they were. The learning rate and the number of
-epochs are chosen on the validation share by Matthews correlation (CoLA's GLUE metric), never on
-the dev set the chapters report.
+they were. The learning rate and the number of epochs are chosen on the validation share by
+Matthews correlation (CoLA's GLUE metric), never on the dev set the chapters report.
 
 A build is seeded and written to a folder under the cache (:func:`default_finetune_dir`, keyed
 by the configuration): the trained blocks' and the head's weights (``weights.safetensors``, HF
