@@ -19,7 +19,6 @@ from circuitlasso.circuits.circuit import Circuit
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "circuitlasso/data/toyworld/built"
-SAES = "circuitlasso/data/minilm_saes_built"  # the real model's SAEs
 FINETUNED = "circuitlasso/data/minilm_cola_built"  # the fine-tuned model and its SAEs
 ASSETS = "circuitlasso/presentation/assets"
 WEIGHTS_CAP = 30e6  # bytes of trained weights the package may carry
@@ -58,7 +57,7 @@ def test_the_wheel_carries_the_toy_world_and_runs_the_quickstart(
          tmp_path, env)  # fmt: skip
     (wheel,) = tmp_path.glob("circuitlasso-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for built in (TOY, SAES):
+    for built in (TOY, f"{FINETUNED}/model", f"{FINETUNED}/saes"):
         manifest = json.loads((ROOT / "lib" / built / "manifest.json").read_text())
         assert {f"{built}/{name}" for name in [*manifest["files"], "manifest.json"]} <= names
     assert {f"{ASSETS}/explorer.js", f"{ASSETS}/static/circuitlasso-book.css"} <= names
@@ -90,11 +89,11 @@ def test_the_wheel_carries_the_toy_world_and_runs_the_quickstart(
 
 
 def test_the_trained_weights_the_package_carries_stay_under_30_MB() -> None:
-    """The toy world, the sentence model's shipped SAEs and the fine-tuned model with its SAEs:
-    every file of their builds (weights, configs, reports, manifests) counts."""
+    """The toy world and the fine-tuned model with its SAEs: every file of their builds
+    (weights, configs, reports, manifests) counts."""
     sizes = {
         built: sum(p.stat().st_size for p in (ROOT / "lib" / built).rglob("*") if p.is_file())
-        for built in (TOY, SAES, FINETUNED)
+        for built in (TOY, FINETUNED)
     }
     assert all(size > 1e6 for size in sizes.values()), sizes
     assert sum(sizes.values()) <= WEIGHTS_CAP, sizes

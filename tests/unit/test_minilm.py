@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 from sklearn.metrics import r2_score
 
-from circuitlasso.cache import MIRROR_ENV, sha256_of
+from circuitlasso.cache import sha256_of
 from circuitlasso.data.artifacts import manifest_mismatches
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import (
@@ -21,16 +21,14 @@ from circuitlasso.data.minilm import (
     minilm_hf,
 )
 from circuitlasso.data.minilm_saes import (
-    SHIPPED_LAYERS,
     MiniLMSAEConfig,
+    default_saes_dir,
     load_minilm_saes,
     minilm_saes_report,
     sae_dir,
-    sae_folders,
     sae_quality,
     saes_report,
     ship_minilm_saes,
-    shipped_saes_dir,
     token_activations,
     train_layer_sae,
 )
@@ -139,53 +137,40 @@ def test_sae_training_is_seeded_and_scored_as_r2(model) -> None:
     assert quality["explained_variance"] > 0.5 and quality["l0"] == pytest.approx(16)
 
 
-def test_the_shipped_saes_are_read_by_default_and_ship_again_to_the_same_weights(
-    tmp_path, monkeypatch
+def test_the_saes_are_built_once_on_first_use_and_ship_in_float16(
+    quick_minilm_builds, tmp_path
 ) -> None:
-    root = shipped_saes_dir()
+    """One build of every layer under the cache, made by the first call that asks for any
+    layer and read by the later ones; its float16 copy holds the build's weights rounded, its
+    quality measured again, and ships again to the same bytes."""
+    first = load_minilm_saes([3, 5])
+    assert quick_minilm_builds == list(range(N_LAYERS))
+    root = default_saes_dir()
     assert manifest_mismatches(root) == []
-    report = saes_report(root)
-    assert report["weights"] == "float16" and set(report["layers"]) == {"0", "1", "2", "3"}
-    assert report["sae_explained_variance_min"] >= 0.8 and report["sae_dead_fraction_max"] <= 0.1
-    assert sae_folders()[root] == SHIPPED_LAYERS
-    saes = load_minilm_saes([0, 3])
-    assert {sae.W_enc.dtype for sae in saes.values()} == {torch.float32}
-    stored = load_file(sae_dir(root, 3) / "sae_weights.safetensors")
+    again = load_minilm_saes([4, 5])
+    assert quick_minilm_builds == list(range(N_LAYERS))  # read, not trained again
+    assert torch.equal(again[5].W_dec, first[5].W_dec)
+    assert again[4].cfg.metadata.hook_name == LAYER_HOOK.format(layer=4)
+    shipped = ship_minilm_saes(root, tmp_path / "shipped", layers=[0, 3])
+    assert manifest_mismatches(shipped) == []
+    report = saes_report(shipped)
+    assert report["weights"] == "float16" and set(report["layers"]) == {"0", "3"}
+    stored = load_file(sae_dir(shipped, 3) / "sae_weights.safetensors")
     assert {t.dtype for t in stored.values()} == {torch.float16}
-    assert torch.equal(saes[3].W_dec, stored["W_dec"].float())
-    # shipping the shipped build again: the same float16 weights, the same quality
-    monkeypatch.setenv(MIRROR_ENV, str(SHARED_DATA))
-    again = ship_minilm_saes(root, tmp_path / "shipped")
-    assert manifest_mismatches(again) == []
-    for layer in SHIPPED_LAYERS:
-        name = "sae_weights.safetensors"
-        assert (sae_dir(again, layer) / name).read_bytes() == (
-            sae_dir(root, layer) / name
-        ).read_bytes()
-    for layer, quality in saes_report(again)["layers"].items():
+    read = load_minilm_saes([3], path=shipped)[3]
+    assert read.W_dec.dtype == torch.float32
+    assert torch.equal(read.W_dec, first[3].W_dec.half().float())
+    reshipped = ship_minilm_saes(shipped, tmp_path / "again")
+    name = "sae_weights.safetensors"
+    assert (sae_dir(reshipped, 3) / name).read_bytes() == (sae_dir(shipped, 3) / name).read_bytes()
+    for layer, quality in saes_report(reshipped)["layers"].items():
         assert quality["explained_variance"] == pytest.approx(
             report["layers"][layer]["explained_variance"], abs=1e-4
         )
     with pytest.raises(ValueError, match=r"no SAE for layers \[5\]"):
-        ship_minilm_saes(root, tmp_path / "more", layers=[3, 5])
-
-
-def test_the_layers_not_shipped_are_built_once_on_first_use(quick_minilm_builds) -> None:
-    """Layers 4 and 5 come from one build under the cache, made by the first call that asks
-    for either and read by the later ones; the report covers all six layers."""
-    shipped = shipped_saes_dir()
-    first = load_minilm_saes([3, 5])
-    assert quick_minilm_builds == [4, 5]
-    (top,) = set(sae_folders()) - {shipped}
-    assert manifest_mismatches(top) == [] and sae_folders()[top] == (4, 5)
-    assert torch.equal(first[3].W_dec, load_minilm_saes([3])[3].W_dec)
-    again = load_minilm_saes([4, 5])
-    assert quick_minilm_builds == [4, 5]  # read, not trained again
-    assert torch.equal(again[5].W_dec, first[5].W_dec)
-    assert again[4].cfg.metadata.hook_name == LAYER_HOOK.format(layer=4)
+        ship_minilm_saes(shipped, tmp_path / "more", layers=[3, 5])
     report = minilm_saes_report()
     assert list(report["layers"]) == [str(layer) for layer in range(N_LAYERS)]
-    assert report["layers"]["0"] == saes_report(shipped)["layers"]["0"]
-    assert report["layers"]["5"] == saes_report(top)["layers"]["5"]
+    assert report["layers"]["5"] == saes_report(root)["layers"]["5"]
     worst = min(q["explained_variance"] for q in report["layers"].values())
     assert report["sae_explained_variance_min"] == worst

@@ -3,6 +3,7 @@ in the HookedEncoder against the HF model carrying the same weights."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +16,12 @@ from circuitlasso.data.artifacts import manifest_mismatches
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import (
     LAYER_HOOK,
+    N_LAYERS,
     load_minilm,
     max_abs_diff_vs_hf,
     minilm_hf,
     minilm_tokenizer,
 )
-from circuitlasso.data.minilm_saes import load_minilm_saes
 from circuitlasso.presentation.cli import main
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -61,7 +62,9 @@ def test_only_the_top_blocks_and_the_head_train() -> None:
 
 def test_a_run_is_deterministic_and_seeded(monkeypatch, small_cola) -> None:
     monkeypatch.setattr(mc, "load_cola", lambda split: small_cola[split])
-    cfg = mc.FinetuneConfig(learning_rate=1e-3, epochs=1, batch_size=16, trained_layers=1)
+    cfg = mc.FinetuneConfig(
+        learning_rate=1e-3, epochs=1, batch_size=16, trained_layers=1, lora_rank=0
+    )
     first, report = mc.finetune(cfg, progress=False)
     second, _ = mc.finetune(cfg, progress=False)
     assert set(first) == set(second) and all(torch.equal(first[k], second[k]) for k in first)
@@ -121,14 +124,15 @@ def test_the_cli_sweeps_the_runs_it_is_given(monkeypatch, capsys) -> None:
     monkeypatch.setattr(mc, "sweep", fake_sweep)
     monkeypatch.setattr(mc, "finetune_report", lambda: {"dev_accuracy": 0.7})
     monkeypatch.setattr(mc, "finetune_dir", lambda: Path("built"))
-    args = ["--trained-layers", "6", "--lora-rank", "8", "--learning-rates", "5e-4,1e-3"]
+    args = ["--trained-layers", "2", "--lora-rank", "0", "--learning-rates", "5e-4,1e-3"]
     assert main(["real", "finetune", "--sweep", *args, "--epochs", "3"]) == 0
     assert main(["real", "finetune", "--sweep"]) == 0
     assert seen == [
-        (mc.FinetuneConfig(trained_layers=6, lora_rank=8), [5e-4, 1e-3], 3),
+        (mc.FinetuneConfig(trained_layers=2, lora_rank=0), [5e-4, 1e-3], 3),
         (mc.FinetuneConfig(), list(mc.SWEEP_LEARNING_RATES), mc.SWEEP_EPOCHS),
     ]
-    assert "trained_layers 6, lora_rank 8" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "trained_layers 2, lora_rank 0" in printed and "trained_layers 6, lora_rank 8" in printed
 
 
 def test_fine_tuned_weights_convert_like_the_sentence_models(monkeypatch, small_cola) -> None:
@@ -158,27 +162,25 @@ def test_fine_tuned_weights_convert_like_the_sentence_models(monkeypatch, small_
 
 
 def test_the_shipped_build_is_read_by_default(small_cola) -> None:
-    """The package ships the default build: weights and the trained blocks' SAEs match their
-    manifests and are what runs read; below the trained blocks the sentence model's SAEs serve;
-    the fine-tuned HookedEncoder equals the HF model carrying the same weights."""
+    """The package ships the default build: the LoRA factors of every block, the head and the
+    SAEs of every layer match their manifests and are what runs read; the fine-tuned
+    HookedEncoder equals the HF model carrying the same weights."""
     shipped = mc.shipped_finetune_dir()
     assert mc.finetune_dir() == shipped / "model"
     assert mc.finetuned_saes_dir() == shipped / "saes"
     assert manifest_mismatches(shipped / "model") == []
     assert manifest_mismatches(shipped / "saes") == []
     report = mc.finetune_report()
-    assert (
-        report["weights"] == "float16" and report["config"]["epochs"] == mc.FinetuneConfig().epochs
-    )
+    assert report["weights"] == "float16" and report["config"] == asdict(mc.FinetuneConfig())
     sae_report = mc.finetuned_saes_report()
+    assert list(sae_report["layers"]) == [str(layer) for layer in range(N_LAYERS)]
     assert sae_report["sae_explained_variance_min"] >= 0.8
     assert sae_report["sae_dead_fraction_max"] <= 0.1
     saes = mc.load_finetuned_saes([0, 5])
-    base = load_minilm_saes([0])[0]
-    assert torch.equal(saes[0].W_dec, base.W_dec)
+    assert saes[0].cfg.metadata.hook_name == LAYER_HOOK.format(layer=0)
     assert saes[5].cfg.metadata.hook_name == LAYER_HOOK.format(layer=5)
     weights = mc.encoder_weights()
-    assert {name.split(".")[2] for name in weights} == {"4", "5"}
+    assert {name.split(".")[2] for name in weights} == {str(layer) for layer in range(N_LAYERS)}
     model = mc.load_finetuned()
     sentences = list(small_cola["dev"].sentence)
     assert max_abs_diff_vs_hf(model, sentences, weights=weights) < 1e-4

@@ -13,11 +13,10 @@ A build is seeded and written to a folder (default: under the cache,
 and dead features per layer, on CoLA's in-domain dev sentences) and a ``manifest.json`` (sha256
 of every file, seed, versions, command), atomically: a folder either holds a complete build or
 none. Another CPU rounds differently, so a rebuild elsewhere gives close, not identical, weights.
-The layers the model fine-tuned on CoLA shares with this one (:data:`SHIPPED_LAYERS`, 0 to 3) of
-the build of the default configuration ship with the package, their weights rounded to float16
-(:func:`ship_minilm_saes`, 9.5 MB), so that a run reads them instead of training for minutes; they
-are read as float32. The top two layers' SAEs are built under the cache on first use (a few
-minutes each): the fine-tuned model has its own there.
+A build of the default configuration (every layer) takes about 6 minutes on 2 cores and is
+made on first use. The model fine-tuned on CoLA (:mod:`circuitlasso.data.minilm_cola`) adapts
+every block, so it has SAEs of its own; :func:`ship_minilm_saes` writes a build's float16 copy,
+as the package ships those.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import json
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -70,43 +68,14 @@ class MiniLMSAEConfig:
     seed: int = 0
 
 
-SHIPPED_DIR = "minilm_saes_built"
-"""The package data folder (under ``circuitlasso/data``) of the shipped build."""
 SHIPPED_DTYPE = torch.float16
-SHIPPED_LAYERS = (0, 1, 2, 3)
-"""The layers whose SAEs the package ships: those below the fine-tuned model's trained blocks."""
+"""The dtype of a shipped build's weights (:func:`ship_minilm_saes`)."""
 ALL_LAYERS = tuple(range(N_LAYERS))
 
 
-def default_saes_dir(
-    cfg: MiniLMSAEConfig = MiniLMSAEConfig(), layers: Sequence[int] = ALL_LAYERS
-) -> Path:
-    """Where a build of ``layers`` (default all) with ``cfg`` lives by default: under the
-    cache, keyed by both."""
-    parts = asdict(cfg) if tuple(layers) == ALL_LAYERS else {**asdict(cfg), "layers": list(layers)}
-    return cache_root() / "minilm-saes" / cache_key(**parts)[:16]
-
-
-def shipped_saes_dir() -> Path:
-    """The build of the default configuration shipped with the package (float16 weights, see
-    :func:`ship_minilm_saes`); it may be absent from a source checkout that never shipped it."""
-    root = resources.files("circuitlasso.data") / SHIPPED_DIR
-    if not isinstance(root, Path):  # a zipped install
-        raise FileNotFoundError(f"the shipped SAEs at {root} are not a folder on disk")
-    return root
-
-
-def sae_folders(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> dict[Path, tuple[int, ...]]:
-    """Where the SAEs of ``cfg`` are read from, each folder with the layers it holds: for the
-    default configuration the shipped build (when the package holds it) and a build of the other
-    layers under the cache, else one build of every layer under the cache
-    (:func:`default_saes_dir`). A folder under the cache is built on first use."""
-    shipped = shipped_saes_dir()
-    if cfg != MiniLMSAEConfig() or not (shipped / MANIFEST_FILE).is_file():
-        return {default_saes_dir(cfg): ALL_LAYERS}
-    held = tuple(sorted(int(layer) for layer in saes_report(shipped)["layers"]))
-    rest = tuple(layer for layer in ALL_LAYERS if layer not in held)
-    return {shipped: held, **({default_saes_dir(cfg, rest): rest} if rest else {})}
+def default_saes_dir(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> Path:
+    """Where the build of ``cfg`` (every layer) lives: under the cache, keyed by ``cfg``."""
+    return cache_root() / "minilm-saes" / cache_key(**asdict(cfg))[:16]
 
 
 def sae_dir(root: Path, layer: int) -> Path:
@@ -213,17 +182,17 @@ def build_minilm_saes(
 
 def ship_minilm_saes(
     build: str | Path,
-    out_dir: str | Path | None = None,
+    out_dir: str | Path,
     *,
     model: HookedEncoder | None = None,
     layers: Iterable[int] | None = None,
 ) -> Path:
     """Write ``layers`` (default: every layer it holds) of the build at ``build`` (of ``model``,
-    default the sentence model) as a shipped build (default :func:`shipped_saes_dir`; 2.4 MB a
-    layer): each SAE's weights rounded to float16, its quality measured again with those weights
-    on CoLA's in-domain dev sentences (``report.json``), and a manifest. Returns the folder."""
+    default the sentence model) as a shipped build at ``out_dir`` (2.4 MB a layer): each SAE's
+    weights rounded to float16, its quality measured again with those weights on CoLA's
+    in-domain dev sentences (``report.json``), and a manifest. Returns the folder."""
     build = Path(build)
-    root = Path(out_dir) if out_dir is not None else shipped_saes_dir()
+    root = Path(out_dir)
     built = json.loads((build / REPORT_FILE).read_text())
     held = sorted(int(layer) for layer in built["layers"])
     chosen = held if layers is None else sorted(layers)
@@ -251,26 +220,20 @@ def load_minilm_saes(
     path: str | Path | None = None,
     cfg: MiniLMSAEConfig = MiniLMSAEConfig(),
 ) -> dict[int, SAE]:
-    """The SAEs by layer (default: all six), in float32, from the build at ``path`` or from
-    :func:`sae_folders` (the shipped layers for the default ``cfg``), each folder built first
-    (:func:`build_minilm_saes`) when it holds no complete build."""
+    """The SAEs by layer (default: all six), in float32, from the build at ``path`` (default
+    :func:`default_saes_dir` of ``cfg``), built first (:func:`build_minilm_saes`) when the folder
+    holds no complete build."""
     chosen = list(ALL_LAYERS if layers is None else layers)
     bad = [layer for layer in chosen if not 0 <= layer < N_LAYERS]
     if bad:
         raise ValueError(f"layers {bad} out of range: the model has {N_LAYERS} layers")
-    folders = {Path(path): ALL_LAYERS} if path is not None else sae_folders(cfg)
-    saes = {}
-    for root, held in folders.items():
-        wanted = [layer for layer in chosen if layer in held]
-        if wanted and not (root / MANIFEST_FILE).is_file():
-            build_minilm_saes(root, cfg, layers=list(held))
-        saes.update(
-            {
-                layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu", dtype="float32")
-                for layer in wanted
-            }
-        )
-    return {layer: saes[layer].eval() for layer in chosen}
+    root = Path(path) if path is not None else default_saes_dir(cfg)
+    if chosen and not (root / MANIFEST_FILE).is_file():
+        build_minilm_saes(root, cfg)
+    return {
+        layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu", dtype="float32").eval()
+        for layer in chosen
+    }
 
 
 def saes_report(root: str | Path, layers: Iterable[int] | None = None) -> dict[str, Any]:
@@ -297,7 +260,6 @@ def combined_report(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def minilm_saes_report(cfg: MiniLMSAEConfig = MiniLMSAEConfig()) -> dict[str, Any]:
-    """The report (:func:`saes_report`) of the SAEs of every layer, from the folders that hold
-    them (:func:`sae_folders`, built first where absent)."""
+    """The report (:func:`saes_report`) of the SAEs of every layer (built first when absent)."""
     load_minilm_saes(ALL_LAYERS, cfg=cfg)
-    return combined_report([saes_report(root, held) for root, held in sae_folders(cfg).items()])
+    return saes_report(default_saes_dir(cfg))

@@ -281,8 +281,8 @@ def load_saes(
     ``blocks.<layer>.hook_<hook>``.
 
     Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
-    SAEs, ``"all-minilm-l6-v2"`` the SAEs trained here (shipped with the package) and
-    ``"all-minilm-l6-v2-cola"`` the fine-tuned model's (its trained blocks' built on first use). If
+    SAEs, ``"all-minilm-l6-v2"`` the SAEs trained here (built on first use) and
+    ``"all-minilm-l6-v2-cola"`` the fine-tuned model's (shipped with the package). If
     ``model`` is given, each SAE is checked to fit it (:func:`check_sae_fits`).
     """
     requests = {item: _sae_request(item, hook) for item in layers}

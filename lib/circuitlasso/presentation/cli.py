@@ -83,22 +83,13 @@ def _toy_report(args: argparse.Namespace) -> int:
 
 
 def _real_build(args: argparse.Namespace) -> int:
-    from circuitlasso.data.minilm_saes import (
-        MANIFEST_FILE,
-        SHIPPED_LAYERS,
-        build_minilm_saes,
-        default_saes_dir,
-        ship_minilm_saes,
-    )
+    from circuitlasso.data.minilm_saes import MANIFEST_FILE, build_minilm_saes, default_saes_dir
 
     root = args.out or default_saes_dir()
     if (root / MANIFEST_FILE).is_file() and not args.force:
         print(f"SAEs already built at {root} (--force rebuilds them)")
     else:
         print(f"SAEs written to {build_minilm_saes(root)}")
-    if args.ship:
-        shipped = ship_minilm_saes(root, layers=SHIPPED_LAYERS)
-        print(f"float16 copies of layers {list(SHIPPED_LAYERS)} shipped at {shipped}")
     return 0
 
 
@@ -293,11 +284,6 @@ def build_parser() -> argparse.ArgumentParser:
     real_build.add_argument(
         "--force", action="store_true", help="rebuild even if a complete build is there"
     )
-    real_build.add_argument(
-        "--ship",
-        action="store_true",
-        help="then write the build's float16 copy into the package (the SAEs every run reads)",
-    )
     real_build.set_defaults(func=_real_build)
     real_report = real_commands.add_parser(
         "report",
@@ -331,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     real_finetune.add_argument(
         "--ship",
         action="store_true",
-        help="then write the float16 weights and the trained blocks' SAEs into the package",
+        help="then write the float16 weights and the SAEs of its layers into the package",
     )
     real_finetune.set_defaults(func=_real_finetune)
 
