@@ -23,6 +23,7 @@ count or CPU rounds differently, so a rebuild elsewhere gives close, not identic
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -62,7 +63,7 @@ from circuitlasso.data.minilm_saes import (
 from circuitlasso.forward import hook_activations, mean_over_real, prompt_batches, special_ids
 
 if TYPE_CHECKING:
-    from peft import LoraConfig
+    from peft import LoraConfig, PeftModel
 
 NAME = "all-minilm-l6-v2-cola"
 BUILD_COMMAND = "circuitlasso real finetune"
@@ -164,6 +165,16 @@ def _lora_config(cfg: FinetuneConfig) -> LoraConfig:
     )
 
 
+def _adapted(model: torch.nn.Module, cfg: FinetuneConfig) -> PeftModel:
+    """``model`` with LoRA adapters of ``cfg`` (``peft``), whose deprecation warning from
+    transformers (a renamed attribute it reads) is not the user's to act on."""
+    from peft import get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+        return get_peft_model(model, _lora_config(cfg))
+
+
 def _readable_weights(
     stored: dict[str, torch.Tensor], cfg: FinetuneConfig
 ) -> dict[str, torch.Tensor]:
@@ -173,9 +184,9 @@ def _readable_weights(
     weights = {n: w.float() for n, w in stored.items()}
     if not cfg.lora_rank:
         return weights
-    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
-    model = get_peft_model(minilm_hf(), _lora_config(cfg))
+    model = _adapted(minilm_hf(), cfg)
     adapters = {PEFT_PREFIX + n: w for n, w in weights.items() if not n.startswith(HEAD)}
     expected = set(get_peft_model_state_dict(model, save_embedding_layers=False))
     if set(adapters) != expected:
@@ -234,9 +245,7 @@ def _epochs(
     names = _trainable(model, cfg.trained_layers)
     classifier: torch.nn.Module = model
     if cfg.lora_rank:
-        from peft import get_peft_model
-
-        classifier = get_peft_model(model, _lora_config(cfg))
+        classifier = _adapted(model, cfg)
         model.head.requires_grad_(True)
         names = [n for n, p in classifier.named_parameters() if p.requires_grad]
     params = [p for p in classifier.parameters() if p.requires_grad]
