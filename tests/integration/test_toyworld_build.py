@@ -30,12 +30,12 @@ from circuitlasso.data.toyworld.report import (
     top_activating_tokens,
 )
 
-HEADLINE = (
-    "lm_next_token_accuracy",
-    "sae_explained_variance_min",
-    "sae_dead_fraction_max",
-    "probe_test_accuracy",
-)
+HEADLINE = {  # metric: how far another CPU's rounding may move it from the stored report
+    "lm_next_token_accuracy": 1e-3,
+    "sae_explained_variance_min": 1e-3,
+    "sae_dead_fraction_max": 1e-3,
+    "probe_test_accuracy": 5e-3,  # a probe on about 1,000 sentences: a few may flip
+}
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +121,8 @@ def test_committed_toy_world_matches_its_manifest_and_meets_the_targets() -> Non
     assert manifest_mismatches(root) == []
     report = toy_report(root)
     stored = json.loads((root / REPORT_FILE).read_text())
-    for key in HEADLINE:
-        assert report[key] == pytest.approx(stored[key], abs=1e-6), key
+    for key, tolerance in HEADLINE.items():
+        assert report[key] == pytest.approx(stored[key], abs=tolerance), key
     assert report["sae_explained_variance_min"] >= 0.85
     assert report["sae_dead_fraction_max"] <= 0.10
     assert report["probe_test_accuracy"] >= report["probe"]["chance_accuracy"] + 0.15
