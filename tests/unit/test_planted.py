@@ -64,6 +64,13 @@ def test_categories_by_layer_and_violations_reached():
     }
 
 
+def test_only_sentences_that_name_their_violation_carry_planted_truth():
+    plain = Stub({})
+    planted_test = pd.DataFrame({"sentence": ["a"], "label": [0], "violation": ["reflexive"]})
+    assert not planted.has_planted_truth(plain)
+    assert planted.has_planted_truth(Stub({}, test=planted_test))
+
+
 def chain() -> tuple[dict[int, sp.csr_matrix], LabelFit]:
     """Layer 1: feature 1 = 2 z0.2 (large spread), feature 0 = 0.05 z0.3 (small spread), the
     rest noise; the readout weighs feature 0 by 2 and feature 1 by 1, so |A| alone ranks

@@ -8,7 +8,8 @@ A feature *is* a planted category when at least half of its top tokens belong to
 study (:meth:`~circuitlasso.circuits.study.FeatureStudy.top_tokens`).
 
 - :func:`categories_by_layer` and :func:`violations_reached`: the planted categories a circuit's
-  nodes are, per layer, and which violations' categories are among them.
+  nodes are, per layer, and which violations' categories are among them
+  (:func:`has_planted_truth`: whether a study's sentences say which rule they break).
 - :func:`ranking_comparison`: the same check within the last layers, for circuits traced by
   ``|A| * std(z)`` and by ``|A|`` alone.
 - :func:`violation_diagnosis`: per kind of unacceptable test sentence, how often the readout
@@ -58,6 +59,12 @@ def categories_by_layer(study: FeatureStudy, circuit: Circuit) -> pd.DataFrame:
         {"planted categories reached": {layer: ", ".join(sorted(c)) for layer, c in found.items()}}
     )
     return table.rename_axis("layer").sort_index(ascending=False)
+
+
+def has_planted_truth(study: FeatureStudy) -> bool:
+    """Whether ``study``'s test sentences say which planted rule each one breaks (a
+    ``violation`` column, as the toy world's do): only then can a circuit be checked here."""
+    return "violation" in study.test.columns
 
 
 def violations_reached(study: FeatureStudy, circuit: Circuit) -> pd.Series:
