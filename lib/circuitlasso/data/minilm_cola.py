@@ -105,6 +105,11 @@ class FinetuneConfig:
     validation_share: float = 0.1
     seed: int = 0
 
+    @property
+    def trained_blocks(self) -> list[int]:
+        """The indices of the trained blocks, the top ``trained_layers`` of the six."""
+        return list(range(N_LAYERS - self.trained_layers, N_LAYERS))
+
 
 class AcceptabilityClassifier(torch.nn.Module):
     """The encoder and a linear head on the mean of its last layer's real-token states:
@@ -155,8 +160,7 @@ def _lora_config(cfg: FinetuneConfig) -> LoraConfig:
     classifier or of a bare ``BertModel`` alike)."""
     from peft import LoraConfig  # here: peft takes seconds to import, and only LoRA needs it
 
-    first = N_LAYERS - cfg.trained_layers
-    blocks = "|".join(str(i) for i in range(first, N_LAYERS))
+    blocks = "|".join(str(i) for i in cfg.trained_blocks)
     return LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=2 * cfg.lora_rank,
@@ -194,8 +198,7 @@ def _readable_weights(
         raise ValueError(f"the build's LoRA factors do not match the model's layers: {odd}")
     set_peft_model_state_dict(model, adapters)
     merged = model.merge_and_unload().state_dict()
-    first = N_LAYERS - cfg.trained_layers
-    blocks = tuple(f"encoder.layer.{i}." for i in range(first, N_LAYERS))
+    blocks = tuple(f"encoder.layer.{i}." for i in cfg.trained_blocks)
     head = {n: w for n, w in weights.items() if n.startswith(HEAD)}
     return {**{n: w for n, w in merged.items() if n.startswith(blocks)}, **head}
 
@@ -438,13 +441,12 @@ def load_finetuned_saes(
     ``sae_cfg`` trained on the fine-tuned model as the sentence model's were
     (:func:`build_minilm_saes`, built on first use)."""
     chosen = list(range(N_LAYERS)) if layers is None else list(layers)
-    first = N_LAYERS - cfg.trained_layers
     root = finetuned_saes_dir(cfg, sae_cfg)
-    trained = [layer for layer in chosen if layer >= first]
+    trained = [layer for layer in chosen if layer in cfg.trained_blocks]
     if trained and not (root / MANIFEST_FILE).is_file():
         model = load_finetuned(cfg=cfg)
-        build_minilm_saes(root, sae_cfg, model=model, layers=list(range(first, N_LAYERS)))
-    saes = load_minilm_saes([layer for layer in chosen if layer < first])
+        build_minilm_saes(root, sae_cfg, model=model, layers=cfg.trained_blocks)
+    saes = load_minilm_saes([layer for layer in chosen if layer not in cfg.trained_blocks])
     saes.update(load_minilm_saes(trained, path=root, cfg=sae_cfg) if trained else {})
     return {layer: saes[layer] for layer in chosen}
 
@@ -455,8 +457,8 @@ def finetuned_saes_report(
     """The SAE report (:func:`saes_report`) of the fine-tuned model: the sentence model's
     layers below the trained blocks, the fine-tuned build's on them."""
     load_finetuned_saes(list(range(N_LAYERS)), cfg, sae_cfg)
-    first = N_LAYERS - cfg.trained_layers
-    tuned = saes_report(finetuned_saes_dir(cfg, sae_cfg), range(first, N_LAYERS))
+    first = cfg.trained_blocks[0]
+    tuned = saes_report(finetuned_saes_dir(cfg, sae_cfg), cfg.trained_blocks)
     below = [saes_report(default_saes_dir(), range(first))] if first else []
     return combined_report([*below, tuned])
 
@@ -478,8 +480,7 @@ def ship_finetuned(
     weights = {n: w for n, w in readable.items() if not n.startswith(HEAD)}
     model = load_minilm(weights=weights, name=NAME)
     if not (saes / MANIFEST_FILE).is_file():
-        first = N_LAYERS - cfg.trained_layers
-        build_minilm_saes(saes, SAE_CONFIG, model=model, layers=list(range(first, N_LAYERS)))
+        build_minilm_saes(saes, SAE_CONFIG, model=model, layers=cfg.trained_blocks)
     tokenizer = minilm_tokenizer()
     classifier = AcceptabilityClassifier(minilm_hf(weights=weights), tokenizer)
     classifier.head.load_state_dict(
