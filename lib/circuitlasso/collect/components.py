@@ -13,7 +13,14 @@ import torch
 from tqdm import tqdm
 from transformer_lens import HookedTransformer
 
-from circuitlasso.data.graph import LOGITS, allowed_parents, graph_nodes, require_hook_flags
+from circuitlasso.data.graph import (
+    DEFAULT_PASS_GIB,
+    LOGITS,
+    allowed_parents,
+    graph_nodes,
+    prompts_per_batch,
+    require_hook_flags,
+)
 from circuitlasso.forward import mean_over_real
 
 
@@ -58,18 +65,23 @@ def collect_nodes(
     model: HookedTransformer,
     tokens: torch.Tensor,
     position_mask: torch.Tensor | None = None,
-    batch_size: int = 1024,
+    batch_size: int | None = None,
+    memory_gib: float = DEFAULT_PASS_GIB,
     progress: bool = False,
 ) -> NodeActivations:
     """Token-averaged activations of every graph node on ``tokens: (M, P)``.
 
     ``position_mask: (P,)`` or ``(M, P)`` bool selects the positions averaged over (default all).
+    ``batch_size`` prompts run at once; by default as many as fit in ``memory_gib``
+    (:func:`~circuitlasso.data.graph.prompts_per_batch`).
     """
     require_hook_flags(model)
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be (prompts, positions), got shape {tuple(tokens.shape)}")
     nodes = graph_nodes(model)
     mask = _position_mask(position_mask, tokens)
+    if batch_size is None:
+        batch_size = prompts_per_batch(model, tokens.shape[1], memory_gib)
     hooks = sorted({n.hook for n in nodes if n.hook != LOGITS})
     blocks: list[list[torch.Tensor]] = [[] for _ in nodes]
     device = model.cfg.device

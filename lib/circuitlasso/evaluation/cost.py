@@ -448,7 +448,6 @@ def projected_time_methods(
     n_prompts: int = 64,
     children: int = 3,
     eap_prompts: int = 4,
-    batch_size: int = 16,
     seed: int = 0,
 ) -> dict[str, object]:
     """`time_methods` for a model too large to run whole here, with the parts it could not run
@@ -456,8 +455,7 @@ def projected_time_methods(
     solves `children` child nodes spread over the depth, its solve projected to every child by
     their share of Proposition 1's count (each child's parent columns); EAP and EAP-IG run on
     `eap_prompts` of the pairs and are projected linearly to all of them (their passes are
-    linear in the prompts). No warm-up run. ``batch_size`` prompts are collected at once (every
-    hook of a GPT-2-small-sized model on 128 prompts at once takes more than 24 GiB)."""
+    linear in the prompts). No warm-up run."""
     if children < 1 or not 1 <= eap_prompts <= n_prompts:
         raise ValueError(
             f"need children >= 1 and 1 <= eap_prompts <= n_prompts, got {children}, "
@@ -469,7 +467,7 @@ def projected_time_methods(
     clock = Stopwatch()
     with clock.timed("collect"):
         acts = collect_nodes(model, torch.cat([prompts.clean, prompts.corrupted]),
-                             prompts.lasso_mask(), batch_size=batch_size)  # fmt: skip
+                             prompts.lasso_mask())  # fmt: skip
     with_parents = [j for j, parents in enumerate(acts.parents) if parents]
     chosen = sorted({with_parents[round(i)] for i in np.linspace(0, len(with_parents) - 1,
                                                                  children)})  # fmt: skip

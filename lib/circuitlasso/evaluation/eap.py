@@ -24,10 +24,12 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.circuit import EdgeScores
 from circuitlasso.data.graph import (
+    DEFAULT_PASS_GIB,
     INPUT_HOOK,
     NodeLocation,
     can_feed,
     graph_nodes,
+    prompts_per_batch,
     require_hook_flags,
 )
 from circuitlasso.timing import Stopwatch
@@ -163,7 +165,8 @@ def edge_attribution_patching(
     ig_steps: int = 0,
     metric: Metric = logit_projection_metric,
     position_mask: torch.Tensor | None = None,
-    batch_size: int = 1024,
+    batch_size: int | None = None,
+    memory_gib: float = DEFAULT_PASS_GIB,
     progress: bool = False,
 ) -> AttributionResult:
     """EAP (``ig_steps=0``) or EAP-IG (``ig_steps`` interpolation steps) edge scores.
@@ -171,7 +174,8 @@ def edge_attribution_patching(
     ``clean``, ``corrupted``: (M, P) token ids, prompt ``i`` of one paired with prompt ``i`` of the
     other. ``position_mask: (P,)`` or ``(M, P)`` bool chooses the positions the metric sums over
     (default all). The metric gets ``(logits, clean_logits, corrupted_logits, weights)`` and
-    returns one value per prompt.
+    returns one value per prompt. ``batch_size`` prompt pairs run at once; by default as many as
+    fit in ``memory_gib`` (:func:`~circuitlasso.data.graph.prompts_per_batch`).
     """
     require_hook_flags(model)
     if clean.shape != corrupted.shape or clean.ndim != 2:
@@ -189,6 +193,14 @@ def edge_attribution_patching(
     mask = torch.ones(clean.shape[1], dtype=torch.bool) if position_mask is None else position_mask
     weights = mask.to(torch.float32).expand(clean.shape).contiguous()
     alphas = [1.0] if ig_steps == 0 else [k / ig_steps for k in range(1, ig_steps + 1)]
+    if batch_size is None:
+        # per prompt and position: the senders' clean and corrupted outputs and their difference
+        # (float32), the receivers' gradients summed over steps and their mean (float64) and one
+        # step's (float32)
+        kept = clean.shape[1] * model.cfg.d_model * (12 * len(senders) + 20 * len(slots))
+        batch_size = prompts_per_batch(
+            model, clean.shape[1], memory_gib, gradients=True, extra_bytes_per_prompt=kept
+        )
 
     totals = torch.zeros(len(senders), len(slots), dtype=torch.float64)
     clock = Stopwatch()
