@@ -20,7 +20,8 @@ back and when they were measured (``--fresh`` measures all). CircuitLasso's solv
 next to its floor: Proposition 1's count over the measured throughput of a dense float64
 product at the solve's shape, with the threads of the run. Prints the table, the fit of
 measured on predicted ratio (`crossover_fit`), where Proposition 2 predicts a ratio of 2 or
-more and CircuitLasso was not measured faster, and one JSON line.
+more and CircuitLasso was not measured faster, how each method's cost beyond the shared passes
+grows along each size against its count (`crossover_scaling`), and one JSON line.
 
 GPT-2 small's shape (12 layers, d_model 768, 64 tokens, 64 pairs) does not run whole on a CPU:
 its row solves 3 of its 157 children and runs EAP and EAP-IG on 4 of the pairs, projects the
@@ -46,6 +47,7 @@ from circuitlasso.cache import cache_root
 from circuitlasso.evaluation.cost import (
     crossover_fit,
     crossover_grid,
+    crossover_scaling,
     machine_description,
     projected_time_methods,
     stored_row,
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
         configs, n_prompts=pairs, repeats=args.repeats, seed=args.seed, progress=True, store=store
     )
     fits = crossover_fit(table) if table["predicted_ratio"].nunique() >= 2 else None
+    scaling = crossover_scaling(table)
     gpt2 = None
     if not (args.quick or args.no_gpt2_small):
         project = partial(projected_time_methods, 12, 768, 64, n_prompts=64, seed=args.seed)
@@ -136,6 +139,12 @@ def main(argv: list[str] | None = None) -> dict:
             print("not fitted: the grid has fewer than 2 predicted ratios")
         else:
             print(fits.round(4).to_string())
+        if len(scaling):
+            print(
+                "\nlog-log exponent of each cost beyond the shared passes along each size "
+                "(the others at their base), measured and counted"
+            )
+            print(scaling.round(3).to_string(index=False))
         print(
             f"\npredicted ratio >= 2: {len(expected)} runs, CircuitLasso not measured faster "
             f"than EAP-IG in {len(not_faster)}"
@@ -153,6 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
         ),
         "predicted_at_least_2_not_faster": len(not_faster),
         "gpt2_small_projected": None if gpt2 is None else json.loads(gpt2.iloc[0].to_json()),
+        "scaling": scaling.to_dict("records"),
         **({} if fits is None else fits.to_dict("index")),
     }
     print(json.dumps(result))

@@ -139,6 +139,32 @@ def test_crossover_fit_finds_where_a_known_line_crosses_one() -> None:
         cost.crossover_fit(table.iloc[:1])
 
 
+def test_crossover_scaling_recovers_known_exponents_against_the_counts() -> None:
+    # a vary-one-at-a-time grid where the solve grows as the square root of Proposition 1's
+    # count and EAP-IG's gradient passes exactly as their count, at two numbers of pairs
+    configs = cost.vary_one_at_a_time([2, 128, 64], [[2, 4, 8], [128, 256, 512], [16, 64]])
+    rows = []
+    for n_prompts in (8, 64):
+        for layers, d, n in configs:
+            L = 2 + layers * (d // 64 + 1)
+            solve_count = cost.proposition1_count(1, L, d, LINEAR_TOL)
+            eap_count = cost.eap_ig_additional_count(cost.gpt2_family(layers, d), L, n)
+            solve = n_prompts * 1e-9 * solve_count**0.5
+            gradient_passes = n_prompts * 1e-12 * eap_count
+            rows.append({"layers": layers, "d_model": d, "n_token": n, "L": L,
+                         "n_prompts": n_prompts, "circuitlasso_solve_s": solve,
+                         "eap_ig_additional_ratio": gradient_passes / solve})  # fmt: skip
+    scaling = cost.crossover_scaling(pd.DataFrame(rows))
+    assert len(scaling) == 6
+    np.testing.assert_allclose(scaling["solve"], 0.5 * scaling["solve_count"], atol=1e-9)
+    np.testing.assert_allclose(scaling["eap_ig"], scaling["eap_ig_count"], atol=1e-9)
+    by_size = scaling[scaling["n_prompts"] == 8].set_index("size")
+    # L(L-1) d^2 with L = 2 + layers * (d/64 + 1): about d^4 along the width, zero along n_token
+    assert 3.0 < by_size.loc["d_model", "solve_count"] < 4.0
+    assert by_size.loc["n_token", "solve_count"] == pytest.approx(0.0, abs=1e-9)
+    assert 1.0 < by_size.loc["n_token", "eap_ig_count"] < 2.0
+
+
 def test_time_methods_times_collection_plus_solve_after_a_warm_up(monkeypatch) -> None:
     calls = []
     split = {"eap": (1.0, 2.0), "eap-ig": (1.0, 11.0), "circuitlasso-linear": (3.0, 1.0)}

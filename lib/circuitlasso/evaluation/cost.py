@@ -219,6 +219,13 @@ MODEL_SHAPES: dict[str, ModelShape] = {
 }
 
 
+def eap_ig_additional_count(shape: ModelShape, n_locations: int, n_tokens: int) -> float:
+    """Proposition 2's count of EAP-ig's cost beyond the shared forward pass, per observation:
+    ``12 S n d^2 (2+f) + 12 S n^2 d + L d``."""
+    S, d, n = shape.S, shape.d, n_tokens
+    return 12 * S * n * d**2 * (2 + shape.f) + 12 * S * n**2 * d + n_locations * d
+
+
 def proposition2(
     shape: ModelShape, n_locations: int, n_tokens: int, eps: float
 ) -> dict[str, object]:
@@ -240,8 +247,8 @@ def proposition2(
         regime, threshold = "(1) n_token < d", L * (L - 1) / (24 * S * (2 + f) * root_eps)
     else:
         regime, threshold = "(2) n_token >= d", math.sqrt(L * (L - 1) * d / (24 * S * root_eps))
-    eap = 12 * S * n * d**2 * (2 + f) + 12 * S * n**2 * d + L * d
-    ours = L * (L - 1) * d**2 / (2 * root_eps)
+    eap = eap_ig_additional_count(shape, L, n)
+    ours = proposition1_count(1, L, d, eps)
     return {
         "model": shape.name,
         "S": S,
@@ -557,6 +564,46 @@ def machine_description() -> str:
         ]
         name = models[0] if models else name
     return f"{name}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+
+
+CROSSOVER_SIZES = ("layers", "d_model", "n_token")
+
+
+def crossover_scaling(table: pd.DataFrame) -> pd.DataFrame:
+    """How each method's cost beyond the shared passes grows along each size of a
+    `crossover_grid` table, against Proposition 2's counts.
+
+    For every number of prompt pairs and every size varied with the other two at their base
+    (most frequent) values: the log-log exponent, on that size, of CircuitLasso's solve
+    (``solve``) and of EAP-IG's gradient passes (``eap_ig``), next to the same fit of
+    Proposition 1's count (``solve_count``) and of EAP-IG's count (``eap_ig_count``). A
+    measured exponent below its count's means the count overstates how that cost grows.
+    """
+    rows = []
+    for n_prompts, runs in table.groupby("n_prompts"):
+        shapes = [gpt2_family(s, d) for s, d in zip(runs["layers"], runs["d_model"], strict=True)]
+        runs = runs.assign(
+            solve=runs["circuitlasso_solve_s"],
+            eap_ig=runs["eap_ig_additional_ratio"] * runs["circuitlasso_solve_s"],
+            solve_count=[
+                proposition1_count(1, L, d, LINEAR_TOL)
+                for L, d in zip(runs["L"], runs["d_model"], strict=True)
+            ],
+            eap_ig_count=[
+                eap_ig_additional_count(shape, L, n)
+                for shape, L, n in zip(shapes, runs["L"], runs["n_token"], strict=True)
+            ],
+        )
+        for size in CROSSOVER_SIZES:
+            held = rows_varying(runs, size, CROSSOVER_SIZES)
+            if held[size].nunique() < 2:
+                continue
+            x = np.log(held[size].to_numpy(float))
+            row: dict[str, object] = {"n_prompts": n_prompts, "size": size}
+            for column in ("solve", "solve_count", "eap_ig", "eap_ig_count"):
+                row[column] = float(np.polyfit(x, np.log(held[column].to_numpy(float)), 1)[0])
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 CROSSOVER_RATIOS = ("eap_ig_ratio", "eap_ratio", "eap_ig_additional_ratio", "eap_additional_ratio")
