@@ -15,7 +15,7 @@ from circuitlasso.collect import collect_nodes
 from circuitlasso.data.graph import pass_bytes_per_prompt, prompts_per_batch
 from circuitlasso.evaluation.cost import build_model, gpt2_family, random_prompt_pairs
 from circuitlasso.evaluation.eap import edge_attribution_patching
-from circuitlasso.solve.memory import GIB, MemoryBudgetError
+from circuitlasso.memory import GIB, MemoryBudgetError
 
 # A child process builds a model, notes its resident peak, runs one method on 64 pairs of 64
 # tokens within a 0.5 GiB budget and prints how much its peak grew and what one batch would take.

@@ -13,6 +13,7 @@ STAGES = {
     "timing": 0,  # the stopwatch every stage times its stages with
     "executor": 0,  # where independent tasks run: here, or on a Ray cluster
     "forward": 0,  # running a model: tokens, real-token masks, hooks, SAEs spliced in
+    "memory": 0,  # memory budgets: batches sized by bytes, refused before work when too large
     "data": 1,
     "collect": 2,
     "solve": 3,

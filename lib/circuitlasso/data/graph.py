@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from transformer_lens import HookedTransformer
 
-from circuitlasso.solve.memory import (
+from circuitlasso.memory import (
     PLANNED_SHARE,
     MemoryBudgetError,
     batch_size,

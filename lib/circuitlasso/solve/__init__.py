@@ -49,6 +49,7 @@ block pattern), `lasso_path` (warm-started grid), `logistic_lasso` (Eq. 5 with a
 `multinomial_lasso` (Eq. 5 with a multi-class target), `lam_max`, `logistic_lam_max`.
 """
 
+from circuitlasso.memory import MemoryBudgetError
 from circuitlasso.solve.block import BlockLassoResult, block_lasso, upper_triangular_parents
 from circuitlasso.solve.lasso import (
     ConvergenceWarning,
@@ -64,7 +65,6 @@ from circuitlasso.solve.logistic import (
     logistic_lasso,
     multinomial_lasso,
 )
-from circuitlasso.solve.memory import MemoryBudgetError
 
 __all__ = [
     "BlockLassoResult",

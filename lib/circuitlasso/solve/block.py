@@ -19,11 +19,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from circuitlasso.memory import budget_bytes
 from circuitlasso.solve._inputs import Matrix, as_matrix, per_output
 from circuitlasso.solve._sparse import csr_rows, csr_transpose
 from circuitlasso.solve.fista import StopRule
 from circuitlasso.solve.lasso import LassoResult, _check_options, to_result
-from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, budget_bytes, gram_share
+from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, gram_share
 from circuitlasso.solve.prepare import GRAM_MAX_ENTRIES, Prepared, check_lam, column_stats
 from circuitlasso.solve.problems import (
     DenseProblem,

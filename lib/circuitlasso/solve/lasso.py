@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from circuitlasso.memory import batch_size, budget_bytes
 from circuitlasso.solve._inputs import Matrix
 from circuitlasso.solve.fista import StopRule
-from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, batch_size, budget_bytes, gram_share
+from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, gram_share
 from circuitlasso.solve.prepare import Prepared, check_lam, prepare, scaled_init
 from circuitlasso.solve.screen import score
 from circuitlasso.solve.workset import SCORE_BYTES, WorkingSetSolution, solve_working_sets

@@ -30,10 +30,10 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from circuitlasso.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
 from circuitlasso.solve.coordinate import coordinate_descent
 from circuitlasso.solve.fista import StopRule, bmv, duality_gap, fista
-from circuitlasso.solve.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve.problems import LassoProblem
 from circuitlasso.solve.screen import score, select
 
