@@ -162,6 +162,7 @@ def test_crossover_scaling_recovers_known_exponents_against_the_counts() -> None
     # L(L-1) d^2 with L = 2 + layers * (d/64 + 1): about d^4 along the width, zero along n_token
     assert 3.0 < by_size.loc["d_model", "solve_count"] < 4.0
     assert by_size.loc["n_token", "solve_count"] == pytest.approx(0.0, abs=1e-9)
+    # 12 S n d^2 (2+f) + 12 S n^2 d: between linear and quadratic in the tokens n
     assert 1.0 < by_size.loc["n_token", "eap_ig_count"] < 2.0
 
 
