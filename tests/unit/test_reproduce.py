@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+import yaml
 
 from circuitlasso.presentation import reproduce as rp
 from circuitlasso.presentation.cli import build_parser, main
@@ -259,6 +260,31 @@ def test_the_summary_is_read_back_from_the_executed_notebook(project: rp.Project
     assert found == {"alpha": ["ok: in the summary but not in the reference"]}
     with pytest.raises(rp.ReproduceError, match="no reference for profile 'paper'"):
         rp.check_summaries(project, "paper", ["alpha"])
+
+
+def test_a_notebook_checks_its_summary_within_the_references_tolerances(
+    project: rp.Project,
+) -> None:
+    # the line a section prints in a cell nbval compares: the same text on any CPU as long as
+    # every number stays within its tolerance
+    project.reference("toy").parent.mkdir()
+    project.reference("toy").write_text(yaml.safe_dump({"alpha": REFERENCE}))
+    assert rp.summary_check("alpha", _summary(), "toy", project) == (
+        "alpha: all 6 checks of toy.yaml hold"
+    )
+    assert rp.summary_check("alpha", _summary(accuracy=np.float64(0.94)), "toy", project) == (
+        "alpha: all 6 checks of toy.yaml hold"
+    )
+    assert rp.summary_check("alpha", _summary(accuracy=0.9199, gap=2e-10), "toy", project) == (
+        "alpha: 2 departure(s) from toy.yaml: accuracy: 0.9199 differs from 0.93 by more than "
+        "0.01; gap: 2e-10 is above its bound 1e-10"
+    )
+    assert rp.summary_check("beta", _summary(), "toy", project) == (
+        "beta: no reference for the 'toy' profile (toy.yaml)"
+    )
+    assert rp.summary_check("alpha", _summary(), "paper", project) == (
+        "alpha: no reference for the 'paper' profile (paper.yaml)"
+    )
 
 
 def test_a_notebook_without_a_summary_is_named(project: rp.Project) -> None:

@@ -553,6 +553,33 @@ def compare_summary(summary: Mapping[str, Any], reference: Mapping[str, Any], pr
     return problems
 
 
+def _count_checks(reference: Mapping[str, Any]) -> int:
+    return sum(1 if _is_spec(node) else _count_checks(node) for node in reference.values())
+
+
+def summary_check(section: str, summary: Mapping[str, Any], profile: str,
+                  project: Project | None = None) -> str:  # fmt: skip
+    """One line saying whether ``summary`` holds within ``notebooks/reference/<profile>.yaml``.
+
+    A section's notebook prints it in a cell that nbval checks: the numbers that another CPU's
+    rounding moves by an example or two (accuracies over a few hundred items) are then compared
+    with the reference's tolerances rather than digit by digit. Every departure is listed (they
+    are expected where a run's parameters differ from the profile's).
+    """
+    try:
+        path = (project or find_project()).reference(profile)
+    except ReproduceError:
+        return f"{section}: no companion checkout, so no reference to check the summary against"
+    reference = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    if section not in reference:
+        return f"{section}: no reference for the '{profile}' profile ({path.name})"
+    problems = compare_summary(_plain(summary), reference[section])
+    if problems:
+        return f"{section}: {len(problems)} departure(s) from {path.name}: " + "; ".join(problems)
+    count = _count_checks(reference[section])
+    return f"{section}: all {count} checks of {path.name} hold"
+
+
 def check_summaries(project: Project, profile: str, chosen: Iterable[str] | None = None
                     ) -> dict[str, list[str]]:  # fmt: skip
     """Per executed section: how its summary departs from ``notebooks/reference/<profile>.yaml``."""
