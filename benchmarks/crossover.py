@@ -37,7 +37,7 @@ import argparse
 import json
 import time
 import warnings
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from functools import partial
 
 import pandas as pd
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     configs = QUICK if args.quick else vary_one_at_a_time(args.base, grids)
     pairs = [8] if args.quick else args.n_prompts
     start = time.perf_counter()
-    started = datetime.now(UTC).isoformat(timespec="seconds")
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     store = None if args.fresh else args.store
     table = crossover_grid(
         configs, n_prompts=pairs, repeats=args.repeats, seed=args.seed, progress=True, store=store

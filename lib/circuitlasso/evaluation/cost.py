@@ -30,7 +30,7 @@ import os
 import platform
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
@@ -547,7 +547,8 @@ def stored_row(
     key = cache_key(**run, machine=machine_description(), version=circuitlasso.__version__)
 
     def timed() -> dict[str, object]:
-        return {**measure(), "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return {**measure(), "measured_at": ended}
 
     return load_or_compute(key, timed, root=store)
 

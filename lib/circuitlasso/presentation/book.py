@@ -52,7 +52,7 @@ def copy_mathjax(static: str | Path) -> Path:
 def _configure(app: Any, config: Any) -> None:
     mathjax_source()  # fail at the start of a build, not at its end
     config.mathjax_path = MATHJAX_PATH
-    static = resources.files("circuitlasso.presentation").joinpath("assets", "static")
+    static = resources.files("circuitlasso.presentation") / "assets" / "static"
     config.html_static_path = [*config.html_static_path, str(static)]
 
 

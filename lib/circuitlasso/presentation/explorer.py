@@ -267,7 +267,7 @@ def load_data(path: str | Path) -> dict[str, Any]:
 
 
 def _asset(name: str) -> str:
-    return resources.files("circuitlasso.presentation").joinpath("assets", name).read_text("utf-8")
+    return (resources.files("circuitlasso.presentation") / "assets" / name).read_text("utf-8")
 
 
 def render_html(data: Mapping[str, Any]) -> str:
