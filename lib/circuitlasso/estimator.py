@@ -9,8 +9,10 @@ for the features the trace visits.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -229,9 +231,9 @@ class CircuitLasso(BaseEstimator):
         *,
         n_prompts: int = 50,
     ) -> Circuit:
-        """Give every node its ``top_tokens`` (token -> count among its largest activations over
-        its ``n_prompts`` top prompts) and every edge its ``type`` (persistence, merging,
-        dropping, other).
+        """A copy of ``circuit_`` (left as it is) with every node given its ``top_tokens``
+        (token -> count among its largest activations over its ``n_prompts`` top prompts) and
+        every edge its ``type`` (persistence, merging, dropping, other).
 
         ``prompts`` must be those the features ``fit`` was given were collected on, in the same
         order: row ``i`` of ``Z`` ranks ``prompts[i]``. Checked, with a ``ValueError`` naming the
@@ -272,8 +274,21 @@ class CircuitLasso(BaseEstimator):
         tokens = interpret.nodes_top_tokens(
             model, layer_saes, nodes, prompts, Z, n_prompts=n_prompts, verify=True
         )
-        tr.interpret_circuit(self.circuit_, lambda layer, feature: tokens[(layer, feature)])
-        return self.circuit_
+        circuit = copy.deepcopy(self.circuit_)
+        tr.interpret_circuit(circuit, lambda layer, feature: tokens[(layer, feature)])
+        return circuit
+
+    def prompt_circuit(self, prompt: int, **trace: Any) -> Circuit:
+        """The circuit of one prompt: row ``prompt`` of the features ``fit`` was given, every
+        score weighted by that prompt's activations (``|A| * |z|``) instead of the data set's.
+        ``trace``: :func:`~circuitlasso.circuits.trace.trace_circuit`'s rule (``roots``, ``k``,
+        ``mass``, ``depth``; default the estimator's ``roots`` and ``k``)."""
+        self._fitted()
+        rows = self.regressions_.Z[self.label_fit_.layer].shape[0]
+        if not 0 <= prompt < rows:
+            raise IndexError(f"prompt {prompt} is not a row of the {rows} prompts fit was given")
+        rule = {"roots": self.roots, "k": self.k, **trace}
+        return tr.trace_circuit(self.label_fit_, self.regressions_, prompt=prompt, **rule)
 
     def _fitted(self) -> LabelFit:
         if not hasattr(self, "label_fit_"):

@@ -14,6 +14,7 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from circuitlasso.circuits import defaults
 from circuitlasso.circuits.interpret import top_tokens
+from circuitlasso.circuits.trace import trace_circuit
 from circuitlasso.collect import LayerFeatures, collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
@@ -194,6 +195,26 @@ def test_interpret_labels_the_nodes_from_the_prompts_of_the_features(toy) -> Non
         expected = top_tokens(model, saes[layer], feature, prompts, toy["Z"][layer], n_prompts=10)
         assert expected  # every traced feature is active on some prompts
         assert data["top_tokens"] == dict(expected.most_common(5))
+
+
+def test_interpret_returns_a_new_circuit_and_leaves_the_fitted_one(toy) -> None:
+    estimator, model, saes, prompts = (toy[k] for k in ("estimator", "model", "saes", "prompts"))
+    circuit = estimator.interpret(model, saes, prompts, n_prompts=10)
+    assert circuit is not estimator.circuit_
+    assert set(circuit.nodes) == set(estimator.circuit_.nodes)
+    assert all("top_tokens" not in data for _, data in estimator.circuit_.nodes(data=True))
+
+
+def test_prompt_circuit_is_the_trace_weighted_by_one_prompt(toy) -> None:
+    estimator = toy["estimator"]
+    for prompt in (0, 7):
+        found = estimator.prompt_circuit(prompt)
+        expected = trace_circuit(estimator.label_fit_, estimator.regressions_, roots=2, k=1,
+                                 prompt=prompt)  # fmt: skip
+        assert found.to_json() == expected.to_json()
+    assert len(estimator.prompt_circuit(0, roots=1, k=1)) <= len(estimator.prompt_circuit(0))
+    with pytest.raises(IndexError, match="prompt 10000 is not a row of the"):
+        estimator.prompt_circuit(10_000)
 
 
 def test_interpret_refuses_prompts_out_of_order_or_others(toy) -> None:

@@ -298,6 +298,7 @@ def component_circuit(
     model: HookedTransformer,
     tokens: torch.Tensor,
     position_mask: torch.Tensor | None = None,
+    *,
     nonlinear: bool = False,
     read_projection: bool = False,
     lam_ratio: float = 0.05,

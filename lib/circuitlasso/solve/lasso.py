@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from torch import Tensor
 
 from circuitlasso.memory import batch_size, budget_bytes
@@ -17,8 +18,10 @@ from circuitlasso.solve.screen import score
 from circuitlasso.solve.workset import SCORE_BYTES, WorkingSetSolution, solve_working_sets
 
 
-class ConvergenceWarning(UserWarning):
-    """Some outputs did not reach the requested tolerance within max_iter."""
+class ConvergenceWarning(SklearnConvergenceWarning):
+    """Some outputs did not reach the requested tolerance within max_iter (scikit-learn's
+    warning class, so ``warnings.filterwarnings("ignore", category=ConvergenceWarning)`` with
+    either class filters it)."""
 
 
 @dataclass(frozen=True)
