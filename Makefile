@@ -28,9 +28,10 @@ browser:
 	test -x $(CHROMIUM) || ($(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
-# The real data sets (CoLA) come from a local mirror when one sits beside the checkout (offline
-# machines), else they are downloaded on first use; a CIRCUITLASSO_MIRROR already set wins.
-MIRROR := $(or $(CIRCUITLASSO_MIRROR),$(wildcard $(abspath ../shared/data)))
+# The real data sets (CoLA) come from a local mirror when one sits beside the checkout or in
+# data/mirror/ (offline machines; data/README.md), else they are downloaded on first use; a
+# CIRCUITLASSO_MIRROR already set wins.
+MIRROR := $(or $(CIRCUITLASSO_MIRROR),$(wildcard $(abspath ../shared/data)),$(wildcard $(CURDIR)/data/mirror))
 
 # the book's profiles (toy, and the real model where it answers), rendered; it ends with a table of
 # each stage's seconds and the files it wrote to the cache. Two sections run at once, on one thread

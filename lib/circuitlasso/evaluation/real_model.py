@@ -16,17 +16,28 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 from sklearn.metrics import matthews_corrcoef
 from sklearn.model_selection import GridSearchCV
-from transformer_lens import HookedEncoder
+from transformer_lens import HookedEncoder, HookedTransformer
 
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import N_LAYERS, max_abs_diff_vs_hf
 from circuitlasso.data.minilm_cola import encoder_weights, finetune_report, finetuned_saes_report
 from circuitlasso.data.minilm_saes import minilm_saes_report
-from circuitlasso.data.models import ENCODER_NAME, FINETUNED_NAME, load_model, load_saes
+from circuitlasso.data.minimal_pairs import load_minimal_pairs
+from circuitlasso.data.models import (
+    DECODER_NAME,
+    ENCODER_NAME,
+    FINETUNED_NAME,
+    load_model,
+    load_saes,
+)
+from circuitlasso.data.smollm2 import load_hf_smollm2
 from circuitlasso.estimator import CircuitLasso
+from circuitlasso.evaluation.acceptability import minimal_pair_accuracy, minimal_pair_table
+from circuitlasso.forward import Model, SAEMap, prompt_batches
 
 HEADLINE = (
     "sae_explained_variance_min",
@@ -37,9 +48,33 @@ HEADLINE = (
     "hidden_state_max_abs_diff_vs_hf",
 )
 FINETUNED_HEADLINE = ("finetuned_dev_accuracy", "finetuned_dev_mcc", *HEADLINE)
+DECODER_HEADLINE = ("logit_max_abs_diff_vs_hf", "minimal_pair_accuracy")
 
 
 LAM_RATIOS = (0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+def cola_readout(
+    model: Model, saes: SAEMap, *, lam_ratios: tuple[float, ...] = LAM_RATIOS, progress: bool = True
+) -> dict[str, Any]:
+    """The paper's CoLA readout: ``A_{L,y}`` fitted on the token-averaged features of ``saes``
+    (one layer) on CoLA's training sentences, its penalty chosen among ``lam_ratios`` by 3-fold
+    cross-validation (a ``GridSearchCV`` of :class:`~circuitlasso.estimator.CircuitLasso`),
+    scored on the in-domain dev sentences: accuracy, the majority class, MCC, and its number of
+    nonzero coefficients."""
+    train, dev = load_cola("train"), load_cola("dev")
+    Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)
+    Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)
+    y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()
+    search = GridSearchCV(CircuitLasso(), {"label_lam_ratio": list(lam_ratios)}, cv=3)
+    readout = search.fit(Z_train, y_train).best_estimator_
+    return {
+        "readout_lam_ratio": readout.label_lam_ratio,
+        "readout_test_accuracy": readout.score(Z_dev, y_dev),
+        "readout_majority_baseline": float(max(y_dev.mean(), 1 - y_dev.mean())),
+        "readout_test_mcc": float(matthews_corrcoef(y_dev, readout.predict(Z_dev))),
+        "readout_features": int(np.count_nonzero(readout.label_fit_.coef)),
+    }
 
 
 def real_model_report(
@@ -61,19 +96,9 @@ def real_model_report(
     assert isinstance(model, HookedEncoder)
     layer = N_LAYERS - 1
     saes = load_saes(model_name, [layer])
-    train, dev = load_cola("train"), load_cola("dev")
+    dev = load_cola("dev")
     report = finetuned_saes_report() if finetuned else minilm_saes_report()
-    Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)
-    Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)
-    y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()
-    search = GridSearchCV(CircuitLasso(), {"label_lam_ratio": list(lam_ratios)}, cv=3)
-    readout = search.fit(Z_train, y_train).best_estimator_
-    fit = readout.label_fit_
-    report["readout_lam_ratio"] = readout.label_lam_ratio
-    report["readout_test_accuracy"] = readout.score(Z_dev, y_dev)
-    report["readout_majority_baseline"] = float(max(y_dev.mean(), 1 - y_dev.mean()))
-    report["readout_test_mcc"] = float(matthews_corrcoef(y_dev, readout.predict(Z_dev)))
-    report["readout_features"] = int(np.count_nonzero(fit.coef))
+    report.update(cola_readout(model, saes, lam_ratios=lam_ratios, progress=progress))
     report["hidden_state_max_abs_diff_vs_hf"] = max_abs_diff_vs_hf(
         model, list(dev.sentence), weights=encoder_weights() if finetuned else None
     )
@@ -101,5 +126,48 @@ def format_real_model_report(report: dict[str, Any]) -> str:
             f"majority class {report['readout_majority_baseline']:.3f}",
             "hidden states vs the HF model: max abs diff "
             f"{report['hidden_state_max_abs_diff_vs_hf']:.2e}",
+        ]
+    )
+
+
+@torch.no_grad()
+def logit_max_abs_diff_vs_hf(
+    model: HookedTransformer, sentences: list[str], *, batch_size: int = 16
+) -> float:
+    """Largest absolute difference between the converted decoder's logits and the HF model's
+    (:func:`~circuitlasso.data.smollm2.load_hf_smollm2`) at every real position of
+    ``sentences``, in right-padded batches (causal attention: padding on the right changes no
+    earlier position)."""
+    hf, _ = load_hf_smollm2()
+    worst = 0.0
+    for tokens, real in prompt_batches(model, sentences, batch_size):
+        ours = model(tokens.to(model.cfg.device), return_type="logits").float().cpu()
+        diff = (ours - hf(input_ids=tokens).logits)[real].abs().max()
+        worst = max(worst, float(diff))
+    return worst
+
+
+def decoder_report() -> dict[str, Any]:
+    """The report of the real decoder (``"smollm2-135m"``) as a dict: :data:`DECODER_HEADLINE`
+    (its conversion against the HF model on CoLA's dev sentences, its own judgement of the
+    project's minimal pairs by log-probability, after its BOS) and ``minimal_pairs`` (accuracy
+    by phenomenon)."""
+    model = load_model(DECODER_NAME)
+    assert isinstance(model, HookedTransformer)
+    pairs = minimal_pair_table(model, load_minimal_pairs())
+    report: dict[str, Any] = {"minimal_pairs": minimal_pair_accuracy(pairs)}
+    report["minimal_pair_accuracy"] = report["minimal_pairs"]["all"]
+    dev = list(load_cola("dev").sentence)
+    report["logit_max_abs_diff_vs_hf"] = logit_max_abs_diff_vs_hf(model, dev[:64])
+    return report
+
+
+def format_decoder_report(report: dict[str, Any]) -> str:
+    """The decoder's report (:func:`decoder_report`) as text."""
+    pairs = ", ".join(f"{name} {share:.2f}" for name, share in report["minimal_pairs"].items())
+    return "\n".join(
+        [
+            f"logits vs the HF model: max abs diff {report['logit_max_abs_diff_vs_hf']:.2e}",
+            f"minimal pairs judged by log-probability: {pairs}",
         ]
     )

