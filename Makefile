@@ -48,9 +48,9 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# the contributor's loop before every commit (minutes on 2 cores): lint, type check, and the unit
-# tests that are not marked slow (no real model loaded or trained, no notebook run, no cluster),
-# on one thread. `make test` still runs everything.
+# the contributor's loop before every commit (about 4 minutes on 2 cores): lint, type check, the
+# unit tests not marked slow (no real model loaded or trained, no notebook run, no cluster), on
+# one thread. `make test` still runs everything.
 quick: lint typecheck
 	OMP_NUM_THREADS=1 $(BIN)/pytest -m "not slow and not gpu and not book" tests/unit -x -q
 

@@ -5,7 +5,7 @@ on CoLA, `all-minilm-l6-v2-cola`) is collected once at the real tokens of CoLA's
 sentences (train) and in-domain dev sentences (scored). For each setting of the grid
 (width, k, training tokens, rounds, learning rate; batch 512 tokens) and each chosen layer, one
 TopK SAE is trained exactly as `circuitlasso real build` trains it
-(`circuitlasso.data.minilm_saes.train_layer_sae`) and scored on dev: explained variance, share
+(`circuitlasso.data.sae_training.train_layer_sae`) and scored on dev: explained variance, share
 of dead features, L0, seconds. The library's defaults are the cheapest setting that reaches an
 explained variance of 0.8 with at most 10 % dead features on every layer.
 
@@ -24,14 +24,10 @@ from dataclasses import replace
 import pandas as pd
 
 from circuitlasso.data.cola import load_cola
-from circuitlasso.data.minilm import load_minilm
+from circuitlasso.data.minilm import LAYER_HOOK, load_minilm
 from circuitlasso.data.minilm_cola import load_finetuned
-from circuitlasso.data.minilm_saes import (
-    MiniLMSAEConfig,
-    sae_quality,
-    token_activations,
-    train_layer_sae,
-)
+from circuitlasso.data.minilm_saes import token_activations
+from circuitlasso.data.sae_training import SAEConfig, sae_quality, train_layer_sae
 
 DEFAULT_GRID = [
     "1536:32:300000:2:1e-3",
@@ -45,10 +41,10 @@ DEFAULT_GRID = [
 ]
 
 
-def parse(spec: str) -> MiniLMSAEConfig:
+def parse(spec: str) -> SAEConfig:
     width, k, tokens, rounds, lr = spec.split(":")
     return replace(
-        MiniLMSAEConfig(),
+        SAEConfig(),
         width=int(width),
         k=int(k),
         training_tokens=int(tokens),
@@ -74,7 +70,7 @@ def main() -> None:
         cfg = parse(spec)
         for layer in args.layers:
             start = time.perf_counter()
-            sae = train_layer_sae(train[layer], layer, cfg)
+            sae = train_layer_sae(train[layer], layer, cfg, LAYER_HOOK.format(layer=layer))
             seconds = time.perf_counter() - start
             quality = sae_quality(sae, dev[layer])
             rows.append({"setting": spec, "layer": layer, **quality, "seconds": seconds})

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
-from collections.abc import Callable
+import socket
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +31,110 @@ from circuitlasso.data.bias_in_bios import (
 )
 from circuitlasso.estimator import CircuitLasso
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "book" / "quickstart.md"
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "book" / "quickstart.md"
+# The local mirror of the real data sets (CoLA's zip, GPT-2's tokenizer files), defined once: the
+# folder this variable names, else the first that exists of those `make book` looks in (beside
+# the checkout, then the checkout's data/mirror/; data/README.md).
+TEST_MIRROR_ENV = "CIRCUITLASSO_TEST_MIRROR"
+MIRRORS = (ROOT.parent / "shared" / "data", ROOT / "data" / "mirror")
+SHARED_DATA = (
+    Path(os.environ[TEST_MIRROR_ENV])
+    if os.environ.get(TEST_MIRROR_ENV)
+    else next((folder for folder in MIRRORS if folder.is_dir()), MIRRORS[0])
+)
+
+
+def _mirrored(folder: Path, what: str) -> Path:
+    """``folder`` if it exists, else skip the test, naming the folder that is missing."""
+    if not folder.is_dir():
+        pytest.skip(f"{what} is missing: no folder {folder} (set {TEST_MIRROR_ENV} to a mirror "
+                    "holding it)")  # fmt: skip
+    return folder
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The local mirror of the real data sets (``cola_public_1.1.zip``, ``gpt2-tokenizer/``);
+    a test that asks for it is skipped when the folder is missing."""
+    return _mirrored(SHARED_DATA, "the local mirror of the real data sets")
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer_dir(shared_data: Path) -> Path:
+    """GPT-2's tokenizer files (``vocab.json``, ``merges.txt``) in the mirror; a test that asks
+    for it is skipped when the folder is missing."""
+    return _mirrored(shared_data / "gpt2-tokenizer", "GPT-2's mirrored tokenizer")
+
+
+class NetworkBlockedError(ConnectionError):
+    """An attempt to reach the network from a test (see :func:`no_network`)."""
+
+
+def _is_local_host(host: str) -> bool:
+    """Whether ``host`` (an address or a name, as given to ``connect``) is this machine's
+    loopback; names other than ``localhost`` are not resolved (that would be a DNS query)."""
+    host = host.strip("[]").split("%")[0].lower()  # IPv6 brackets and zone
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _check_connect(sock: socket.socket, address: Any) -> None:
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(address, tuple):
+        return  # Unix sockets and the like (a malformed address is the real connect's to refuse)
+    host, port = address[0], address[1]
+    if not _is_local_host(str(host)):
+        raise NetworkBlockedError(
+            f"network access blocked in tests: connect to {host}:{port} "
+            f"(only loopback and Unix sockets are allowed)"
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_network() -> Iterator[None]:
+    """Every test runs without the network: ``urllib.request.urlopen`` of a URL that is not a
+    local file (``file:``, ``data:``) or on loopback, and ``socket.socket.connect`` /
+    ``connect_ex`` to an address that is not loopback, raise :class:`NetworkBlockedError`
+    (a ``ConnectionError``, so code that handles being offline still does) naming the URL or
+    the host and port. A download of a resource neither cached nor mirrored thus fails at once
+    instead of fetching it. Loopback and Unix sockets keep working (Ray's local cluster, Jupyter
+    kernels over ZMQ on 127.0.0.1, Playwright's browser). Host names other than ``localhost``
+    are refused without being resolved.
+
+    Not covered: subprocesses (papermill's kernels, the book build, Ray's workers, the wheel's
+    pip) and sockets that do not go through Python's ``socket`` module (C libraries' own, such
+    as gRPC or ZMQ's); code run at import time, before the first test, is not guarded either.
+    """
+    real_urlopen = urllib.request.urlopen
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def urlopen(url: Any, *args: Any, **kwargs: Any) -> Any:
+        full = url.full_url if isinstance(url, urllib.request.Request) else str(url)
+        parts = urllib.parse.urlsplit(full)
+        if parts.scheme not in ("", "file", "data") and not _is_local_host(parts.hostname or ""):
+            raise NetworkBlockedError(f"network access blocked in tests: urlopen({full!r})")
+        return real_urlopen(url, *args, **kwargs)
+
+    def connect(self: socket.socket, address: Any) -> None:
+        _check_connect(self, address)
+        return real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        _check_connect(self, address)
+        return real_connect_ex(self, address)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(urllib.request, "urlopen", urlopen)
+        patch.setattr(socket.socket, "connect", connect)
+        patch.setattr(socket.socket, "connect_ex", connect_ex)
+        yield
 
 
 @dataclass

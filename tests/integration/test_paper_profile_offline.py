@@ -15,7 +15,6 @@ import pytest
 from circuitlasso.presentation import reproduce as rp
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKENIZER_DIR = ROOT.parent / "shared" / "data" / "gpt2-tokenizer"
 
 
 @pytest.mark.slow
@@ -35,6 +34,7 @@ def test_paper_profile_stops_at_the_download_boundary(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     write_bias_in_bios: Callable[..., Path],
+    gpt2_tokenizer_dir: Path,
 ) -> None:
     for name in ("_toc.yml", "notebooks"):
         source = ROOT / name
@@ -45,7 +45,7 @@ def test_paper_profile_stops_at_the_download_boundary(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setenv("CIRCUITLASSO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("CIRCUITLASSO_MIRROR", str(TOKENIZER_DIR))  # the tokenizer is mirrored
+    monkeypatch.setenv("CIRCUITLASSO_MIRROR", str(gpt2_tokenizer_dir))  # the tokenizer is mirrored
     project = rp.Project(tmp_path)
     overrides = {}
     if section == "bias_in_bios":  # the data set from a local copy in the hub's format

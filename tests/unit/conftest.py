@@ -19,37 +19,36 @@ from circuitlasso.data.cola import load_cola
 from circuitlasso.data.graph import candidate_edges, graph_nodes
 from circuitlasso.data.interpbench import CompiledTask, to_hooked_transformer
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-TOKENIZER_DIR = SHARED_DATA / "gpt2-tokenizer"
-
 
 @pytest.fixture
-def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpt2_tokenizer_dir: Path) -> Path:
     """An empty Hugging Face hub cache in offline mode; our own cache mirrors the tokenizer."""
     hub = tmp_path / "hub"
     hub.mkdir()
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(hub))
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
-    monkeypatch.setenv(cache.MIRROR_ENV, str(TOKENIZER_DIR))
+    monkeypatch.setenv(cache.MIRROR_ENV, str(gpt2_tokenizer_dir))
     return hub
 
 
 @pytest.fixture
-def quick_minilm_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def quick_minilm_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_data: Path
+) -> list[int]:
     """The SAEs of all-MiniLM-L6-v2 that are built on first use (the layers the package does not
     ship) built, in an empty cache, on 200 training sentences for 4,096 tokens (seconds, not
     minutes); returns the layers trained, in order."""
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
     monkeypatch.setattr(
-        minilm_saes, "load_cola", lambda split: load_cola(split, mirror=SHARED_DATA).iloc[:200]
+        minilm_saes, "load_cola", lambda split: load_cola(split, mirror=shared_data).iloc[:200]
     )
     trained: list[int] = []
     train = minilm_saes.train_layer_sae
 
-    def quick_train(acts, layer, cfg):
+    def quick_train(acts, layer, cfg, hook_name):
         trained.append(layer)
-        return train(acts, layer, replace(cfg, training_tokens=4096, rounds=1))
+        return train(acts, layer, replace(cfg, training_tokens=4096, rounds=1), hook_name)
 
     monkeypatch.setattr(minilm_saes, "train_layer_sae", quick_train)
     return trained

@@ -43,7 +43,7 @@ import pytest
 import scipy.optimize as so
 import scipy.sparse as sp
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp
 from sklearn.linear_model import LogisticRegression
@@ -560,11 +560,18 @@ def _check(d: Drawn, stats: Stats) -> None:
             stats.count(name)
 
 
+@pytest.mark.slow  # 200 drawn problems solved
 def test_gaps_bound_the_suboptimality_of_the_returned_point() -> None:
     stats = Stats()
     start, cpu = time.perf_counter(), time.process_time()
 
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None)
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )  # no time limit: CPUs are shared
     @given(problems())
     def check(d: Drawn) -> None:
         _check(d, stats)

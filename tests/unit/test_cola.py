@@ -11,8 +11,6 @@ from circuitlasso import cache
 from circuitlasso.data import load_dataset
 from circuitlasso.data.cola import COLA_URL, load_cola
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-
 
 @pytest.fixture(autouse=True)
 def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -28,9 +26,9 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def mirror(monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(cache.MIRROR_ENV, str(SHARED_DATA))
-    return SHARED_DATA
+def mirror(monkeypatch: pytest.MonkeyPatch, shared_data: Path) -> Path:
+    monkeypatch.setenv(cache.MIRROR_ENV, str(shared_data))
+    return shared_data
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,6 @@ from circuitlasso.forward import (
     real_token_mask,
 )
 
-TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 GPT2_BOS = 50256  # also GPT-2's EOS and PAD
 D_MODEL = 32
 N_LAYERS = 3
@@ -46,8 +45,8 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def model() -> HookedTransformer:
-    tokenizer = models.gpt2_tokenizer(TOKENIZER_DIR)
+def model(gpt2_tokenizer_dir: Path) -> HookedTransformer:
+    tokenizer = models.gpt2_tokenizer(gpt2_tokenizer_dir)
     return models.tiny_gpt2(
         n_layers=N_LAYERS, d_model=D_MODEL, n_heads=2, n_ctx=32, tokenizer=tokenizer
     )
@@ -339,23 +338,31 @@ def test_the_same_prompts_in_another_order_share_the_cache(
 
 
 def test_compute_seconds_are_those_of_a_first_run_when_loaded(
-    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path
+    model: HookedTransformer,
+    saes: dict[int, SAE],
+    tmp_path: Path,
+    forward_calls: list[int],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    now = [0.0]  # a fake clock that moves only while a batch runs through the model
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    seconds_per_batch = [10.0]
+
     def slow_batch(*args: object) -> None:
-        time.sleep(0.2)
+        now[0] += seconds_per_batch[0]
 
     handle = model.embed.register_forward_hook(slow_batch)
     try:
         first = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+        assert forward_calls[0] == 3 and first.compute_seconds == 3 * 10.0
+        loaded = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+        assert forward_calls[0] == 3  # read back: no batch ran again
+        assert loaded.compute_seconds == 3 * 10.0  # the first run's seconds
+        seconds_per_batch[0] = 1.0
+        uncached = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache=False)
+        assert forward_calls[0] == 6 and uncached.compute_seconds == 3 * 1.0  # its own seconds
     finally:
         handle.remove()
-    assert first.compute_seconds is not None and first.compute_seconds >= 3 * 0.2
-    started = time.perf_counter()
-    loaded = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
-    took = time.perf_counter() - started
-    assert loaded.compute_seconds is not None and loaded.compute_seconds >= 3 * 0.2 > took
-    uncached = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache=False)
-    assert uncached.compute_seconds is not None and uncached.compute_seconds < 3 * 0.2
 
 
 def test_interrupted_run_resumes_from_saved_batches(

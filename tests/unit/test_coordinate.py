@@ -149,6 +149,7 @@ def few_prompt_components() -> tuple[torch.Tensor, list[int], list[list[int]], t
     return x, acts.block_sizes, acts.parents, lam
 
 
+@pytest.mark.slow  # a reference fit per child
 def test_block_lasso_of_few_observation_components_is_certified(few_prompt_components) -> None:
     """Every output is certified, and its objective is scikit-learn's within the certified
     gap (fewer observations than predictors: the solution is not unique, the objective is)."""

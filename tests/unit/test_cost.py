@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from circuitlasso import timing
 from circuitlasso.circuits.components import LINEAR_TOL
 from circuitlasso.evaluation import cost
 from circuitlasso.evaluation.interpbench.evaluate import MethodRun
@@ -121,10 +122,20 @@ def test_time_methods_row_on_a_tiny_model() -> None:
     )
 
 
-def test_the_floor_is_proposition_1_over_a_measured_product() -> None:
+def test_the_floor_is_proposition_1_over_a_measured_product(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert cost.proposition1_count(128, 12, 256, 1e-4) == pytest.approx(128 * 66 * 256**2 * 100)
-    rate = cost.product_throughput(16, 64, 32, repeats=2)
-    assert 1e6 < rate < 1e13  # multiply-adds per second of a real product on this machine
+    # the throughput is a wall-clock measurement: its arithmetic is checked on a fake clock, read
+    # once when the stopwatch is made, then at the start and end of each timed product
+    ticks = iter([0.0, 1.0, 1.5, 2.0, 2.25, 3.0, 3.375])  # products of 0.5, 0.25, 0.375 s
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
+    rate = cost.product_throughput(16, 64, 32, repeats=3)
+    assert next(ticks, None) is None  # one timed product per repeat
+    # multiply-adds of the (16, 64) @ (64, 32) product over the best repeat's seconds
+    assert rate == pytest.approx(16 * 64 * 32 / 0.25, rel=1e-12)
+    ticks = iter([5.0] * 5)  # products faster than the clock's resolution
+    assert cost.product_throughput(16, 64, 32, repeats=2) == pytest.approx(16 * 64 * 32 / 1e-9)
 
 
 def test_crossover_fit_finds_where_a_known_line_crosses_one() -> None:

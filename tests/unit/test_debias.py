@@ -314,6 +314,7 @@ def test_bad_inputs_raise_errors_naming_the_problem(
         load_splits("bias_in_bios", PROFESSIONS, source=source, max_prompts=1)
 
 
+@pytest.mark.slow  # attributions over the toy world's training bios
 def test_the_automatic_rule_finds_the_toy_worlds_gender_features(toy, splits, bios, probe):
     """The rule's calls on SHIFT-style candidates against both ground truths. Measured: against
     the top prompts precision 1.0 and recall 0.9; against the top tokens recall 0.73, precision
@@ -333,6 +334,7 @@ def test_the_automatic_rule_finds_the_toy_worlds_gender_features(toy, splits, bi
     assert truth["by_tokens"].sum() >= 10  # the candidates hold many names and pronouns
 
 
+@pytest.mark.slow  # trains every method's probes
 def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(toy, splits):
     model, saes = toy
     small = {name: frame.iloc[:120] for name, frame in splits.items()}
@@ -359,6 +361,7 @@ def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(toy
     assert table.loc["ORACLE", "worst_group"] > table.loc["ORIGINAL", "worst_group"]
 
 
+@pytest.mark.slow  # trains every method's probes
 def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp_path: Path):
     model, saes = toy
     small = {name: frame.iloc[:120] for name, frame in splits.items()}
@@ -437,6 +440,7 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
     assert expected["CircuitLasso-retrain"]["profession"] > unedited["profession"] + 15
 
 
+@pytest.mark.slow  # trains every method's probes
 def test_on_the_toy_world_removing_the_rules_gender_features_is_what_debiases(toy, splits):
     """Toy Bias in Bios tests the mechanism, on the whole splits at compare_methods' defaults
     (lam_ratio 0.09, the top 100 candidates, the rule on 200 prompts at 0.25). Gender is the

@@ -20,7 +20,6 @@ from circuitlasso.evaluation import debias
 from circuitlasso.evaluation.debias import runs
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKENIZER_DIR = ROOT.parent / "shared" / "data" / "gpt2-tokenizer"
 PAPER = yaml.safe_load((ROOT / "notebooks" / "params" / "paper.yaml").read_text())["bias_in_bios"]
 # The paper's Table 1 models with the SAE releases it names (Marks et al.'s for Pythia-70M,
 # Gemma Scope for Gemma-2), as sae-lens ids, and the layer each run probes.
@@ -38,12 +37,12 @@ def test_the_paper_profile_runs_the_three_models_of_the_papers_tables() -> None:
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_load_run_requests_the_model_and_the_sae_of_every_layer_up_to_the_probe(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, monkeypatch: pytest.MonkeyPatch, gpt2_tokenizer_dir: Path
 ) -> None:
     release, template, layer = EXPECTED[name]
     directory = get_pretrained_saes_directory()
     tiny = models.tiny_gpt2(n_layers=layer + 1, d_model=16, n_heads=2,
-                            tokenizer=models.gpt2_tokenizer(TOKENIZER_DIR))  # fmt: skip
+                            tokenizer=models.gpt2_tokenizer(gpt2_tokenizer_dir))  # fmt: skip
     requested: dict[str, list] = {"models": [], "saes": []}
 
     def model_from_hub(model_name: str, **kwargs) -> object:

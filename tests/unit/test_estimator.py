@@ -290,6 +290,7 @@ def test_params_clone_and_grid_search_on_the_toy_world(toy) -> None:
     assert search.score(toy["Z"], toy["y"]) == best.score(toy["Z"], toy["y"])
 
 
+@pytest.mark.slow  # fits on the toy world
 def test_a_penalty_is_a_ratio_or_an_absolute_lambda(toy) -> None:
     """``label_lam`` / ``lam`` (absolute) give the fit of the ratio they amount to; the default
     is the shared default ratio; a ratio and a lambda together are refused at ``fit``."""
@@ -337,6 +338,7 @@ def test_layer_features_split_by_prompts(layers) -> None:
         LayerFeatures({0: layers[0], 1: layers[1][:5]})
 
 
+@pytest.mark.slow  # scikit-learn's checks: dozens of fits
 def test_check_estimator() -> None:
     """scikit-learn's estimator checks, on plain (M, D) matrices read as one layer: every check
     passes (the array API check is skipped by scikit-learn itself unless SCIPY_ARRAY_API=1)."""

@@ -40,6 +40,7 @@ print(json.dumps({"grown": grown, "whole": whole}))
 """
 
 
+@pytest.mark.slow  # a pass over many prompts
 @pytest.mark.parametrize("method", ["collect", "eap"])
 def test_a_pass_over_many_prompts_stays_within_its_budget(method):
     out = subprocess.run(

@@ -34,6 +34,7 @@ def test_at_least_eight_tasks_disjoint_from_interpbench():
     assert all(case_id.startswith("h-") for case_id in HELDOUT_IDS)
 
 
+@pytest.mark.slow  # compiles every held-out task
 @pytest.mark.parametrize("case_id", HELDOUT_IDS)
 def test_exact_model_reproduces_the_rasp_program(compiled, case_id):
     task = HELDOUT_TASKS[case_id]
@@ -51,6 +52,7 @@ def test_exact_model_reproduces_the_rasp_program(compiled, case_id):
     assert checked > 0
 
 
+@pytest.mark.slow  # compiles every held-out task
 @pytest.mark.parametrize("case_id", HELDOUT_IDS)
 def test_ground_truth_is_nonempty_and_within_candidate_edges(compiled, case_id, check_ground_truth):
     check_ground_truth(compiled[case_id])

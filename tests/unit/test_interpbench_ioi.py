@@ -15,7 +15,6 @@ from circuitlasso.data.interpbench.ioi import name_token_ids, restrict_unembeddi
 from circuitlasso.data.models import gpt2_tokenizer
 from circuitlasso.evaluation.interpbench import evaluate_ioi
 
-TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 # ACDC-style records of a small circuit on a 2-layer model: input -> a0.h1 -> a1.h0 -> output.
 IOI_EDGES = [
     (("blocks.0.hook_q_input", (None, None, 1)), ("blocks.0.hook_resid_pre", (None,))),
@@ -26,11 +25,11 @@ IOI_CIRCUIT = Circuit([("input", "a0.h1"), ("a0.h1", "a1.h0"), ("a1.h0", "output
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return gpt2_tokenizer(TOKENIZER_DIR)
+def tokenizer(gpt2_tokenizer_dir: Path):
+    return gpt2_tokenizer(gpt2_tokenizer_dir)
 
 
-def write_ioi_case(root: Path) -> HookedTransformer:
+def write_ioi_case(root: Path, tokenizer_dir: Path) -> HookedTransformer:
     """A tiny random GPT-2-vocabulary model saved as the hub's ``ioi`` folder."""
     cfg = HookedTransformerConfig(
         n_layers=2,
@@ -49,7 +48,7 @@ def write_ioi_case(root: Path) -> HookedTransformer:
     folder.mkdir(parents=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = HookedTransformer(cfg, tokenizer=gpt2_tokenizer(TOKENIZER_DIR))
+        model = HookedTransformer(cfg, tokenizer=gpt2_tokenizer(tokenizer_dir))
     torch.save(model.state_dict(), folder / "ll_model.pth")
     with open(folder / "ll_model_cfg.pkl", "wb") as f:
         pickle.dump(cfg.to_dict(), f)
@@ -141,8 +140,10 @@ def test_restricted_unembedding_keeps_the_chosen_logits(tokenizer):
     assert name_token_ids(tokenizer, ["Mary"]) == mary and len(mary) == 1
 
 
-def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(tmp_path, offline_hub, tokenizer):
-    original = write_ioi_case(tmp_path / "interpbench")
+def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(
+    tmp_path, offline_hub, gpt2_tokenizer_dir
+):
+    original = write_ioi_case(tmp_path / "interpbench", gpt2_tokenizer_dir)
     case = load_hub_case("ioi", source=tmp_path / "interpbench")  # tokenizer from our mirror
     assert Circuit(case.ground_truth) == IOI_CIRCUIT
     assert case.model.tokenizer is not None

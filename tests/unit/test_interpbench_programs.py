@@ -162,6 +162,7 @@ print(os.environ["XLA_FLAGS"], digest.hexdigest())
 """
 
 
+@pytest.mark.slow  # compiles the programs twice
 def test_fast_xla_flags_assemble_the_same_weights() -> None:
     # XLA_FLAGS unset: compile_task sets the fast flags; set but empty: XLA's defaults
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -30,7 +30,6 @@ from circuitlasso.circuits.interpret import (
 )
 from circuitlasso.data import models
 
-TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 GPT2_BOS = 50256
 D_MODEL = 32
 D_SAE = 48
@@ -50,8 +49,8 @@ REPLACEMENTS = [" herself", " it", " John"]
 
 
 @pytest.fixture(scope="module")
-def model() -> HookedTransformer:
-    tokenizer = models.gpt2_tokenizer(TOKENIZER_DIR)
+def model(gpt2_tokenizer_dir: Path) -> HookedTransformer:
+    tokenizer = models.gpt2_tokenizer(gpt2_tokenizer_dir)
     return models.tiny_gpt2(
         n_layers=2, d_model=D_MODEL, n_heads=2, n_ctx=32, tokenizer=tokenizer
     ).eval()

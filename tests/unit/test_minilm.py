@@ -21,18 +21,15 @@ from circuitlasso.data.minilm import (
     minilm_hf,
 )
 from circuitlasso.data.minilm_saes import (
-    MiniLMSAEConfig,
     default_saes_dir,
     load_minilm_saes,
     minilm_saes_report,
     sae_dir,
-    sae_quality,
-    saes_report,
     ship_minilm_saes,
     token_activations,
-    train_layer_sae,
 )
 from circuitlasso.data.models import check_sae_fits
+from circuitlasso.data.sae_training import SAEConfig, sae_quality, saes_report, train_layer_sae
 from circuitlasso.forward import (
     prompt_batches,
     real_token_mask,
@@ -41,8 +38,6 @@ from circuitlasso.forward import (
     token_strings,
 )
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-
 
 @pytest.fixture(scope="module")
 def model():
@@ -50,8 +45,8 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def sentences() -> list[str]:
-    train = load_cola("train", mirror=SHARED_DATA)
+def sentences(shared_data: Path) -> list[str]:
+    train = load_cola("train", mirror=shared_data)
     # short and long ones in each batch, so that every batch is padded
     return [*train.sentence[:24], *train.sentence.sort_values(key=lambda s: -s.str.len())[:8]]
 
@@ -120,13 +115,14 @@ def test_special_tokens_are_not_real_and_wordpieces_read_as_words(model) -> None
         single_token_id(model, "selfishness itself")
 
 
-def test_sae_training_is_seeded_and_scored_as_r2(model) -> None:
-    sentences = list(load_cola("train", mirror=SHARED_DATA).sentence[:400])
+@pytest.mark.slow  # trains SAEs on the real encoder
+def test_sae_training_is_seeded_and_scored_as_r2(model, shared_data: Path) -> None:
+    sentences = list(load_cola("train", mirror=shared_data).sentence[:400])
     acts = token_activations(model, sentences)[2]
     assert acts.shape == (sum(int(r.sum()) for _, r in prompt_batches(model, sentences, 64)), 384)
-    cfg = MiniLMSAEConfig(width=256, k=16, training_tokens=40_960, rounds=2)
-    sae = train_layer_sae(acts, 2, cfg)
-    again = train_layer_sae(acts, 2, cfg)
+    cfg = SAEConfig(width=256, k=16, training_tokens=40_960, rounds=2)
+    sae = train_layer_sae(acts, 2, cfg, LAYER_HOOK.format(layer=2))
+    again = train_layer_sae(acts, 2, cfg, LAYER_HOOK.format(layer=2))
     assert torch.equal(sae.W_dec, again.W_dec) and torch.equal(sae.W_enc, again.W_enc)
     check_sae_fits(model, sae)  # reads LAYER_HOOK of layer 2
     quality = sae_quality(sae, acts)
@@ -137,6 +133,7 @@ def test_sae_training_is_seeded_and_scored_as_r2(model) -> None:
     assert quality["explained_variance"] > 0.5 and quality["l0"] == pytest.approx(16)
 
 
+@pytest.mark.slow  # trains SAEs on the real encoder
 def test_the_saes_are_built_once_on_first_use_and_ship_in_float16(
     quick_minilm_builds, tmp_path
 ) -> None:

@@ -24,15 +24,13 @@ from circuitlasso.data.minilm import (
 )
 from circuitlasso.presentation.cli import main
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-
 
 @pytest.fixture(scope="module")
-def small_cola() -> dict[str, pd.DataFrame]:
+def small_cola(shared_data: Path) -> dict[str, pd.DataFrame]:
     """64 training and 24 dev sentences of CoLA, short ones, both labels."""
-    train = load_cola("train", mirror=SHARED_DATA)
+    train = load_cola("train", mirror=shared_data)
     short = train[train.sentence.str.len() < 40]
-    dev = load_cola("dev", mirror=SHARED_DATA)
+    dev = load_cola("dev", mirror=shared_data)
     return {"train": short.iloc[:64].reset_index(drop=True), "dev": dev.iloc[:24]}
 
 
@@ -60,6 +58,7 @@ def test_only_the_top_blocks_and_the_head_train() -> None:
         mc._trainable(classifier, 7)
 
 
+@pytest.mark.slow  # fine-tunes the real encoder
 def test_a_run_is_deterministic_and_seeded(monkeypatch, small_cola) -> None:
     monkeypatch.setattr(mc, "load_cola", lambda split: small_cola[split])
     cfg = mc.FinetuneConfig(
@@ -77,6 +76,7 @@ def test_a_run_is_deterministic_and_seeded(monkeypatch, small_cola) -> None:
     assert 0 <= report["dev_accuracy"] <= 1 and -1 <= report["dev_mcc"] <= 1
 
 
+@pytest.mark.slow  # fine-tunes the real encoder
 def test_a_low_rank_run_stores_factors_that_read_back_as_the_model_it_trained(
     monkeypatch, small_cola
 ) -> None:
@@ -135,6 +135,7 @@ def test_the_cli_sweeps_the_runs_it_is_given(monkeypatch, capsys) -> None:
     assert "trained_layers 2, lora_rank 0" in printed and "trained_layers 6, lora_rank 8" in printed
 
 
+@pytest.mark.slow  # loads the real models
 def test_fine_tuned_weights_convert_like_the_sentence_models(monkeypatch, small_cola) -> None:
     """The HookedEncoder carrying changed top-block weights against the HF model carrying the
     same ones, every layer within 1e-4; and its decisions are the HF classifier's."""
@@ -161,6 +162,7 @@ def test_fine_tuned_weights_convert_like_the_sentence_models(monkeypatch, small_
         minilm_hf(weights={"encoder.layer.9.output.dense.weight": torch.zeros(1)})
 
 
+@pytest.mark.slow  # loads the real models
 def test_the_shipped_build_is_read_by_default(small_cola) -> None:
     """The package ships the default build: the LoRA factors of every block, the head and the
     SAEs of every layer match their manifests and are what runs read; the fine-tuned
@@ -186,6 +188,7 @@ def test_the_shipped_build_is_read_by_default(small_cola) -> None:
     assert max_abs_diff_vs_hf(model, sentences, weights=weights) < 1e-4
 
 
+@pytest.mark.slow  # loads the real models
 @pytest.mark.parametrize("name", ["all-minilm-l6-v2", mc.NAME])
 def test_the_real_report_runs_on_both_models(
     monkeypatch, small_cola, quick_minilm_builds, name

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import urllib.error
 from collections import Counter
 from pathlib import Path
@@ -19,8 +18,6 @@ from circuitlasso.data.minimal_pairs import (
     load_minimal_pairs,
     minimal_pair_frame,
 )
-
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def _normalize(sentence: str) -> str:
@@ -86,8 +83,10 @@ def test_filter_and_frame() -> None:
     assert (frame.loc[frame["phenomenon"] == "dropped_argument", "bad_word"] == "").all()
 
 
-def test_no_sentence_from_cola(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mirror = Path(os.environ.get(cache.MIRROR_ENV) or SHARED_DATA)  # as the other CoLA tests
+def test_no_sentence_from_cola(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_data: Path
+) -> None:
+    mirror = shared_data  # CoLA's mirror, as the other CoLA tests
 
     def offline(*args: object, **kwargs: object) -> None:
         raise urllib.error.URLError("no network in tests")

@@ -24,7 +24,6 @@ from circuitlasso.data import models
 from circuitlasso.evaluation.ablate import feature_means
 from circuitlasso.forward import sae_layers, splice_hooks
 
-TOKENIZER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpt2-tokenizer"
 NOTES_SENTENCE = "He said that himself was hungry."
 NOTES_IDS = [1544, 531, 326, 2241, 373, 14720, 13]  # GPT-2 ids from the toolchain notes
 GPT2_BOS = 50256
@@ -32,8 +31,8 @@ GPT2_SAE_REPO = "jbloom/GPT2-Small-OAI-v5-32k-resid-post-SAEs"
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return models.gpt2_tokenizer(TOKENIZER_DIR)
+def tokenizer(gpt2_tokenizer_dir: Path):
+    return models.gpt2_tokenizer(gpt2_tokenizer_dir)
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +66,10 @@ def test_gpt2_tokenizer_matches_reference_ids(tokenizer) -> None:
 
 
 def test_gpt2_tokenizer_fetches_through_mirror(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpt2_tokenizer_dir: Path
 ) -> None:
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
-    monkeypatch.setenv(cache.MIRROR_ENV, str(TOKENIZER_DIR))
+    monkeypatch.setenv(cache.MIRROR_ENV, str(gpt2_tokenizer_dir))
     tokenizer = models.gpt2_tokenizer()
     assert tokenizer.encode(NOTES_SENTENCE, add_special_tokens=False) == NOTES_IDS
     cached = sorted(p.name for p in (tmp_path / "files").rglob("*") if p.is_file())

@@ -116,6 +116,7 @@ def test_get_executor_names_and_errors():
         RayExecutor(cpus_per_task=0)
 
 
+@pytest.mark.slow  # a local Ray cluster
 def test_layer_pairs_on_ray_equal_the_serial_run(cluster, Z, serial, tmp_path):
     counting = Counting(RayExecutor(cpus_per_task=1))
     on_ray = LayerRegressions(Z, **SETTINGS, cache_dir=tmp_path, executor=counting)
@@ -129,6 +130,7 @@ def test_layer_pairs_on_ray_equal_the_serial_run(cluster, Z, serial, tmp_path):
     assert_same_fits(serial, rerun)
 
 
+@pytest.mark.slow  # a local Ray cluster
 def test_collection_on_ray_equals_the_serial_collection(cluster, toy, prompts, features, tmp_path):
     model, saes = toy
     counting = Counting(RayExecutor())
@@ -152,6 +154,7 @@ def _task_workers() -> list[int]:
     return found
 
 
+@pytest.mark.slow  # a local Ray cluster
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds workers in /proc")
 def test_a_worker_killed_mid_run_gives_the_same_result(cluster, Z, serial, tmp_path):
     killed: list[int] = []
@@ -193,6 +196,7 @@ _DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a local Ray cluster
 def test_an_interrupted_driver_resumes_without_refitting_finished_chunks(
     cluster, Z, serial, tmp_path
 ):

@@ -45,6 +45,27 @@ def test_sections_follow_toc_order(project: rp.Project) -> None:
     assert rp.profiles(project) == ["paper", "toy"]
 
 
+def test_a_section_with_a_page_of_its_own_on_a_profile_runs_there_beside_the_other(
+    project: rp.Project,
+) -> None:
+    (project.params / "toy.yaml").write_text("alpha:\n  lam: 0.1\nbeta:\n  width: 2\n")
+    toc = project.root / "_toc.yml"
+    toc.write_text(toc.read_text() + "- file: book/sections/alpha_paper\n")
+    assert rp.pages(project) == {"alpha_paper": ("alpha", "paper")}
+    assert rp.page_section(project, "alpha_paper") == "alpha"
+    assert rp.page_section(project, "beta") == "beta"
+    assert rp.sections(project) == ["beta", "alpha"]  # a page is not a template
+    assert rp.plan(project, ["toy", "paper"]) == {"beta": "toy", "alpha": "toy",
+                                                  "alpha_paper": "paper"}  # fmt: skip
+    assert rp.plan(project, ["paper"]) == {"alpha_paper": "paper"}
+    assert rp.plan(project, ["toy", "paper"], ["alpha"]) == {"alpha": "toy", "alpha_paper": "paper"}
+    parameters = rp.resolve_parameters(project, "paper", "alpha", {})
+    out = rp.run_section(project, "alpha_paper", parameters, progress=False)
+    assert out == project.executed("alpha_paper") and not project.executed("alpha").exists()
+    ran = nbformat.read(out, as_version=4)
+    assert ran.metadata["papermill"]["parameters"] == {"profile": "paper", "lam": 0.01}
+
+
 def test_a_profile_runs_the_sections_it_lists(project: rp.Project) -> None:
     (project.params / "toy.yaml").write_text("alpha:\n  lam: 0.1\nbeta:\n  width: 2\n")
     assert rp.profile_sections(project, "toy") == ["beta", "alpha"]
@@ -389,8 +410,10 @@ def test_make_nbval_runs_the_notebooks_the_book_does_not_run_as_nbval_would() ->
         if line.startswith("NBVAL_NOT_IN_BOOK :=")
     )  # fmt: skip
     listed = {Path(word).stem for word in line.split(":=")[1].split()}
-    planned = rp.plan(rp.Project(root), rp.BOOK_PROFILES)
-    assert listed == {section for section, profile in planned.items() if profile != "toy"}
+    project = rp.Project(root)
+    planned = rp.plan(project, rp.BOOK_PROFILES)
+    on_toy = {rp.page_section(project, p) for p, profile in planned.items() if profile == "toy"}
+    assert listed == set(rp.sections(project)) - on_toy
     assert all((root / "notebooks" / f"{name}.ipynb").is_file() for name in listed)
 
 

@@ -118,6 +118,7 @@ def _solve_in_a_fresh_process(budget: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # solves in subprocesses
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_a_solve_within_a_small_budget_equals_the_unconstrained_solve():
     """Unconstrained, this solve builds a dense 6000 x 6000 Gram (0.27 GiB in float64); under a

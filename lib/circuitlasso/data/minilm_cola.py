@@ -52,14 +52,12 @@ from circuitlasso.data.artifacts import (
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm, minilm_hf, minilm_tokenizer
 from circuitlasso.data.minilm_saes import (
-    MiniLMSAEConfig,
     build_minilm_saes,
-    combined_report,
     default_saes_dir,
     load_minilm_saes,
-    saes_report,
     ship_minilm_saes,
 )
+from circuitlasso.data.sae_training import SAEConfig, combined_report, saes_report
 from circuitlasso.forward import hook_activations, mean_over_real, prompt_batches, special_ids
 
 if TYPE_CHECKING:
@@ -73,7 +71,7 @@ PEFT_PREFIX = "base_model.model."
 """What ``peft`` puts before the names of the model it adapts."""
 SHIPPED_DIR = "minilm_cola_built"
 """The package data folder (under ``circuitlasso/data``) of the shipped build."""
-SAE_CONFIG = MiniLMSAEConfig(k=48, training_tokens=1_800_000)
+SAE_CONFIG = SAEConfig(k=48, training_tokens=1_800_000)
 """The SAEs of the fine-tuned model's trained blocks: a fine-tuned last block is harder to
 reconstruct than the sentence model's layers (at their setting, k 32 and 900,000 tokens, the
 top-two-blocks model's explained 0.766 of its variance); the cheapest setting of the sweep
@@ -414,7 +412,7 @@ def decisions(
 
 
 def finetuned_saes_dir(
-    cfg: FinetuneConfig = FinetuneConfig(), sae_cfg: MiniLMSAEConfig = SAE_CONFIG
+    cfg: FinetuneConfig = FinetuneConfig(), sae_cfg: SAEConfig = SAE_CONFIG
 ) -> Path:
     """Where the SAEs of the fine-tuned model's trained blocks are read from: the shipped ones
     for the default configurations (when the package holds them), else a cache folder."""
@@ -425,16 +423,16 @@ def finetuned_saes_dir(
     return _cached_saes_dir(cfg, sae_cfg)
 
 
-def _cached_saes_dir(cfg: FinetuneConfig, sae_cfg: MiniLMSAEConfig) -> Path:
+def _cached_saes_dir(cfg: FinetuneConfig, sae_cfg: SAEConfig) -> Path:
     """The cache folder of the trained blocks' SAEs of ``cfg`` and ``sae_cfg``."""
-    parts = {**asdict(cfg), **{f"sae_{k}": v for k, v in asdict(sae_cfg).items()}}
+    parts = {**asdict(cfg), **{f"sae_{k}": v for k, v in sae_cfg.key_parts().items()}}
     return cache_root() / "minilm-cola-saes" / cache_key(**parts)[:16]
 
 
 def load_finetuned_saes(
     layers: list[int] | None = None,
     cfg: FinetuneConfig = FinetuneConfig(),
-    sae_cfg: MiniLMSAEConfig = SAE_CONFIG,
+    sae_cfg: SAEConfig = SAE_CONFIG,
 ) -> dict[int, SAE]:
     """The fine-tuned model's SAEs by layer (default all six): below the trained blocks the
     sentence model's (the activations there are the same), on the trained blocks SAEs of
@@ -452,7 +450,7 @@ def load_finetuned_saes(
 
 
 def finetuned_saes_report(
-    cfg: FinetuneConfig = FinetuneConfig(), sae_cfg: MiniLMSAEConfig = SAE_CONFIG
+    cfg: FinetuneConfig = FinetuneConfig(), sae_cfg: SAEConfig = SAE_CONFIG
 ) -> dict[str, Any]:
     """The SAE report (:func:`saes_report`) of the fine-tuned model: the sentence model's
     layers below the trained blocks, the fine-tuned build's on them."""

@@ -35,6 +35,7 @@ from circuitlasso.data.models import (
     load_saes,
 )
 from circuitlasso.data.smollm2 import load_hf_smollm2
+from circuitlasso.data.smollm2_saes import SAE_LAYERS, smollm2_saes_report
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation.acceptability import minimal_pair_accuracy, minimal_pair_table
 from circuitlasso.forward import Model, SAEMap, prompt_batches
@@ -48,7 +49,15 @@ HEADLINE = (
     "hidden_state_max_abs_diff_vs_hf",
 )
 FINETUNED_HEADLINE = ("finetuned_dev_accuracy", "finetuned_dev_mcc", *HEADLINE)
-DECODER_HEADLINE = ("logit_max_abs_diff_vs_hf", "minimal_pair_accuracy")
+DECODER_HEADLINE = (
+    "logit_max_abs_diff_vs_hf",
+    "minimal_pair_accuracy",
+    "sae_explained_variance_min",
+    "sae_dead_fraction_max",
+    "readout_test_accuracy",
+    "readout_majority_baseline",
+    "readout_test_mcc",
+)
 
 
 LAM_RATIOS = (0.02, 0.05, 0.1, 0.2, 0.5)
@@ -147,15 +156,21 @@ def logit_max_abs_diff_vs_hf(
     return worst
 
 
-def decoder_report() -> dict[str, Any]:
+def decoder_report(
+    *, lam_ratios: tuple[float, ...] = LAM_RATIOS, progress: bool = True
+) -> dict[str, Any]:
     """The report of the real decoder (``"smollm2-135m"``) as a dict: :data:`DECODER_HEADLINE`
     (its conversion against the HF model on CoLA's dev sentences, its own judgement of the
-    project's minimal pairs by log-probability, after its BOS) and ``minimal_pairs`` (accuracy
-    by phenomenon)."""
+    project's minimal pairs by log-probability, its SAEs' worst layer, the CoLA readout on the
+    last layer with an SAE), ``layers`` (per-layer SAE quality), ``minimal_pairs`` (accuracy by
+    phenomenon) and the readout's penalty and size."""
     model = load_model(DECODER_NAME)
     assert isinstance(model, HookedTransformer)
-    pairs = minimal_pair_table(model, load_minimal_pairs())
-    report: dict[str, Any] = {"minimal_pairs": minimal_pair_accuracy(pairs)}
+    report = smollm2_saes_report()
+    saes = load_saes(DECODER_NAME, [SAE_LAYERS[-1]], model=model)
+    report.update(cola_readout(model, saes, lam_ratios=lam_ratios, progress=progress))
+    pairs = minimal_pair_table(model, load_minimal_pairs())  # after its BOS, <|endoftext|>
+    report["minimal_pairs"] = minimal_pair_accuracy(pairs)
     report["minimal_pair_accuracy"] = report["minimal_pairs"]["all"]
     dev = list(load_cola("dev").sentence)
     report["logit_max_abs_diff_vs_hf"] = logit_max_abs_diff_vs_hf(model, dev[:64])
@@ -163,11 +178,10 @@ def decoder_report() -> dict[str, Any]:
 
 
 def format_decoder_report(report: dict[str, Any]) -> str:
-    """The decoder's report (:func:`decoder_report`) as text."""
+    """The decoder's report (:func:`decoder_report`) as text: its SAEs and readout as
+    :func:`format_real_model_report` writes them, then its own judgement of minimal pairs."""
+    sae_and_readout = format_real_model_report(
+        {**report, "hidden_state_max_abs_diff_vs_hf": report["logit_max_abs_diff_vs_hf"]}
+    ).replace("hidden states vs the HF model", "logits vs the HF model")
     pairs = ", ".join(f"{name} {share:.2f}" for name, share in report["minimal_pairs"].items())
-    return "\n".join(
-        [
-            f"logits vs the HF model: max abs diff {report['logit_max_abs_diff_vs_hf']:.2e}",
-            f"minimal pairs judged by log-probability: {pairs}",
-        ]
-    )
+    return f"{sae_and_readout}\nminimal pairs judged by log-probability: {pairs}"

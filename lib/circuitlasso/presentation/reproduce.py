@@ -2,7 +2,9 @@
 
 Templates live in ``notebooks/<section>.ipynb`` (first code cell tagged ``parameters``), profiles in
 ``notebooks/params/<profile>.yaml`` (a mapping ``section -> {name: value}``), and executed copies
-go to ``book/sections/<section>.ipynb``. Templates are never executed in place.
+go to ``book/sections/<page>.ipynb``. A section's page is the section's name, unless ``_toc.yml``
+gives it a page of its own on a profile, ``book/sections/<section>_<profile>``: the same template
+on another model, one page each (:func:`pages`). Templates are never executed in place.
 
 Each template ends with :func:`print_summary`: one JSON line with the numbers that matter.
 ``notebooks/reference/<profile>.yaml`` holds, per section, what each number should be and the
@@ -17,6 +19,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -33,7 +36,7 @@ from circuitlasso.timing import Stopwatch
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
 ONLY_TAG = "only-"  # a cell tagged only-<profile> is kept on that profile alone
-BOOK_PROFILES = ("toy", "real")  # what `make book` runs: each section on the last that lists it
+BOOK_PROFILES = ("toy", "real")  # what `make book` runs (see plan)
 HIDE_INPUT_TAG = "hide-input"  # the book shows the cell's output, its code behind a toggle
 LONG_CELL = 5  # lines of code above which an executed cell's code is collapsed in the book
 
@@ -63,8 +66,8 @@ class Project:
     def template(self, section: str) -> Path:
         return self.notebooks / f"{section}.ipynb"
 
-    def executed(self, section: str) -> Path:
-        return self.sections_out / f"{section}.ipynb"
+    def executed(self, page: str) -> Path:
+        return self.sections_out / f"{page}.ipynb"
 
     def reference(self, profile: str) -> Path:
         return self.notebooks / "reference" / f"{profile}.yaml"
@@ -92,10 +95,8 @@ def profiles(project: Project) -> list[str]:
 def sections(project: Project) -> list[str]:
     """Names of the section templates, in book order (the order of ``_toc.yml``)."""
     found = {p.stem for p in project.notebooks.glob("*.ipynb")}
-    toc = (project.root / "_toc.yml").read_text()
-    ordered = [s for s in found if f"book/sections/{s}" in toc]
-    ordered.sort(key=lambda s: toc.index(f"book/sections/{s}"))
-    return ordered + sorted(found - set(ordered))
+    listed = [s for s in _toc_pages(project) if s in found]
+    return listed + sorted(found - set(listed))
 
 
 def profile_sections(project: Project, profile: str) -> list[str]:
@@ -106,23 +107,47 @@ def profile_sections(project: Project, profile: str) -> list[str]:
     return [s for s in sections(project) if s in table]
 
 
+def pages(project: Project) -> dict[str, tuple[str, str]]:
+    """The pages of ``_toc.yml`` that run a section on a profile of their own,
+    ``book/sections/<section>_<profile>``: ``{page: (section, profile)}`` in book order (e.g.
+    ``{"cola_circuits_decoder": ("cola_circuits", "decoder")}``)."""
+    own = {f"{s}_{p}": (s, p) for s in sections(project) for p in profiles(project)}
+    return {stem: own[stem] for stem in _toc_pages(project) if stem in own}
+
+
+def _toc_pages(project: Project) -> list[str]:
+    """The names of the executed notebooks ``_toc.yml`` lists, in its order."""
+    return re.findall(r"book/sections/(\w+)", (project.root / "_toc.yml").read_text())
+
+
+def page_section(project: Project, page: str) -> str:
+    """The section (template) a page runs: the page's own name, or that of :func:`pages`."""
+    return pages(project).get(page, (page, ""))[0]
+
+
 def plan(
     project: Project, chosen_profiles: Iterable[str], chosen: Iterable[str] | None = None
 ) -> dict[str, str]:
-    """``{section: profile}`` in book order: each section runs on the last of
-    ``chosen_profiles`` that lists it (``BOOK_PROFILES``: the toy world everywhere, the real
-    model where it can answer). ``chosen`` restricts the plan to those sections."""
+    """``{page: profile}`` in book order. Each section runs on the last of ``chosen_profiles``
+    that lists it, into its own page; but a profile the section has a page of its own for
+    (:func:`pages`) runs it into that page, beside the other. ``BOOK_PROFILES``: the toy world
+    everywhere, the real encoder where it can answer, and the real decoder on pages of its own.
+    ``chosen`` restricts the plan to those sections (and their pages)."""
+    own = {entry: page for page, entry in pages(project).items()}
     assigned: dict[str, str] = {}
     for profile in chosen_profiles:
-        assigned.update(dict.fromkeys(profile_sections(project, profile), profile))
-    if chosen is None:
-        return {s: assigned[s] for s in sections(project) if s in assigned}
-    chosen = list(chosen)
-    for section in chosen:
-        check_choice("section", section, sections(project))
-        if section not in assigned:
-            raise ReproduceError(f"no chosen profile lists section '{section}'")
-    return {s: assigned[s] for s in sections(project) if s in chosen}
+        for section in profile_sections(project, profile):
+            assigned[own.get((section, profile), section)] = profile
+    planned = {page: page_section(project, page) for page in assigned}
+    if chosen is not None:
+        chosen = list(chosen)
+        for section in chosen:
+            check_choice("section", section, sections(project))
+            if section not in planned.values():
+                raise ReproduceError(f"no chosen profile lists section '{section}'")
+        planned = {page: section for page, section in planned.items() if section in chosen}
+    order = [*_toc_pages(project), *sections(project)]
+    return {page: assigned[page] for page in sorted(planned, key=order.index)}
 
 
 def profile_cells(nb: nbformat.NotebookNode, profile: str) -> nbformat.NotebookNode:
@@ -192,7 +217,7 @@ def split_overrides(
 
     A name that no chosen section declares is an error listing the valid names.
     """
-    declared = {s: template_parameters(project.template(s)) for s in chosen}
+    declared = {s: template_parameters(project.template(page_section(project, s))) for s in chosen}
     for name in overrides:
         if not any(name in known for known in declared.values()):
             valid = sorted({n for known in declared.values() for n in known})
@@ -214,23 +239,24 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 def run_section(
     project: Project,
-    section: str,
+    page: str,
     parameters: Mapping[str, Any],
     *,
     progress: bool = True,
     kernel_name: str = "python3",
 ) -> Path:
-    """Execute one template into ``book/sections/<section>.ipynb``; return that path. Its long
-    code cells are collapsed in the book (:func:`collapse_long_cells`).
+    """Execute the template of ``page`` (a section, or a page of :func:`pages`) into
+    ``book/sections/<page>.ipynb``; return that path. Its long code cells are collapsed in the
+    book (:func:`collapse_long_cells`).
 
     On failure the partly executed notebook is kept there and a ReproduceError names the cell.
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    out = project.executed(section)
+    out = project.executed(page)
     out.parent.mkdir(parents=True, exist_ok=True)
-    template = nbformat.read(project.template(section), as_version=4)
+    template = nbformat.read(project.template(page_section(project, page)), as_version=4)
     try:
         papermill.execute_notebook(
             profile_cells(template, str(parameters.get("profile", "toy"))),
@@ -250,7 +276,7 @@ def run_section(
         ]
         code = failed[0].source.strip().splitlines()[0] if failed else ""
         raise ReproduceError(
-            f"section '{section}' failed in cell {err.cell_index} [{code}]: "
+            f"section '{page}' failed in cell {err.cell_index} [{code}]: "
             f"{err.ename}: {message} -- see {out}"
         ) from None
     executed = nbformat.read(out, as_version=4)
@@ -413,7 +439,7 @@ def update_baseline(project: Project, section: str) -> None:
     so the injected-parameters cell is dropped and the remaining cells match the template's.
     """
     executed = nbformat.read(project.executed(section), as_version=4)
-    template = nbformat.read(project.template(section), as_version=4)
+    template = nbformat.read(project.template(page_section(project, section)), as_version=4)
     cells = [c for c in executed.cells if INJECTED_TAG not in c.metadata.get("tags", [])]
     toy_cells = profile_cells(template, "toy").cells
     if [c.source for c in cells] != [c.source for c in toy_cells]:
@@ -422,7 +448,7 @@ def update_baseline(project: Project, section: str) -> None:
         if target.cell_type == "code":
             target.outputs = source.outputs
             target.execution_count = source.execution_count
-    with atomic_path(project.template(section)) as tmp:
+    with atomic_path(project.template(page_section(project, section))) as tmp:
         nbformat.write(template, tmp)
 
 
@@ -582,13 +608,15 @@ def summary_check(section: str, summary: Mapping[str, Any], profile: str,
 
 def check_summaries(project: Project, profile: str, chosen: Iterable[str] | None = None
                     ) -> dict[str, list[str]]:  # fmt: skip
-    """Per executed section: how its summary departs from ``notebooks/reference/<profile>.yaml``."""
+    """Per executed page (a section, or a page of :func:`pages`): how its summary departs from
+    the section's entry of ``notebooks/reference/<profile>.yaml``."""
     path = project.reference(profile)
     if not path.is_file():
         raise ReproduceError(f"no reference for profile '{profile}' ({path})")
     reference = yaml.safe_load(path.read_text()) or {}
-    chosen = list(chosen or sections(project))
-    missing = [s for s in chosen if s not in reference]
+    chosen = {page: page_section(project, page) for page in chosen or sections(project)}
+    missing = [s for s in chosen.values() if s not in reference]
     if missing:
         raise ReproduceError(f"{path.name} has no entry for section(s) {', '.join(missing)}")
-    return {s: compare_summary(read_summary(project.executed(s)), reference[s]) for s in chosen}
+    return {page: compare_summary(read_summary(project.executed(page)), reference[section])
+            for page, section in chosen.items()}  # fmt: skip
