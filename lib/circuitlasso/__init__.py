@@ -14,9 +14,10 @@ They load on first use, so ``import circuitlasso`` (and the ``circuitlasso`` com
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = metadata.version("circuitlasso")  # pyproject.toml's, one place
 
 _EXPORTS = {
     "load_model": "circuitlasso.data.models",

@@ -121,7 +121,10 @@ def single_token_id(model: Model, text: str) -> int:
         if found is None or found == model.tokenizer.unk_token_id:
             raise ValueError(f"{text!r} is not a single token of the model's vocabulary")
         return int(found)
-    return int(model.to_single_token(text))
+    try:
+        return int(model.to_single_token(text))
+    except AssertionError:  # TransformerLens asserts
+        raise ValueError(f"{text!r} is not a single token of the model's vocabulary") from None
 
 
 def run_with_hooks(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -21,7 +22,6 @@ from circuitlasso.presentation import reproduce as rp
 pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = ROOT.parent / "shared" / "data"  # a local mirror of the real data sets
 BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
 
 
@@ -37,7 +37,7 @@ def _toc_files(root: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built_book(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
     root = tmp_path_factory.mktemp("book")
     for name in BOOK_FILES:
         source = ROOT / name
@@ -46,7 +46,7 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
         else:
             shutil.copy(source, root / name)
     cli = Path(sys.executable).parent / "circuitlasso"
-    env = {**os.environ, cache.MIRROR_ENV: str(SHARED_DATA)}  # CoLA, for the real chapters
+    env = {**os.environ, cache.MIRROR_ENV: str(shared_data)}  # CoLA, for the real chapters
     subprocess.run([str(cli), "reproduce", "--root", str(root), "--no-progress"], check=True,
                    env=env)  # fmt: skip
     jb = Path(sys.executable).parent / "jupyter-book"
@@ -58,8 +58,11 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_section_ran_without_error_cells(built_book: Path) -> None:
     project = rp.Project(built_book)
     planned = rp.plan(project, rp.BOOK_PROFILES)
-    assert set(planned.values()) == {"toy", "real"}
-    for section in rp.sections(project):
+    assert set(planned.values()) == {"toy", "real", "decoder"}
+    assert set(map(functools.partial(rp.page_section, project), planned)) == set(
+        rp.sections(project)
+    )
+    for section in planned:
         nb = nbformat.read(project.executed(section), as_version=4)
         errors = [
             o
@@ -85,7 +88,8 @@ def test_every_chapter_is_rendered(built_book: Path) -> None:
 @pytest.mark.slow
 def test_section_chapters_show_their_figures(built_book: Path) -> None:
     html = built_book / "_build" / "html"
-    for section in rp.sections(rp.Project(built_book)):
+    project = rp.Project(built_book)
+    for section in rp.plan(project, rp.BOOK_PROFILES):
         page = (html / "book" / "sections" / f"{section}.html").read_text()
         images = re.findall(r"<img [^>]*src=\"([^\"]+)\"", page)
         assert images, f"section {section} renders no figure"
@@ -96,7 +100,7 @@ def test_section_chapters_show_their_figures(built_book: Path) -> None:
 @pytest.mark.slow
 def test_intro_names_the_profiles_from_metadata(built_book: Path) -> None:
     intro = (built_book / "_build" / "html" / "book" / "intro.html").read_text()
-    assert "built with the <strong>real, toy</strong> profiles" in intro
+    assert "built with the <strong>decoder, real, toy</strong> profiles" in intro
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from circuitlasso.circuits.interpret import (
     features_top_tokens,
     nodes_top_tokens,
     perturb,
+    single_token_replacements,
     token_values,
     top_prompts,
     top_tokens,
@@ -360,8 +361,19 @@ def test_perturb_without_replacements_is_the_original_alone(model, sae, variants
 
 def test_perturb_rejects_a_multi_token_replacement(model, sae) -> None:
     assert len(model.tokenizer.encode(" elephantine", add_special_tokens=False)) > 1
-    with pytest.raises(AssertionError, match="not a single token"):
+    with pytest.raises(ValueError, match="' elephantine' is not a single token"):
         perturb(model, sae, 0, PERTURBED, POSITION, [" herself", " elephantine"])
+
+
+def test_a_word_replacing_a_token_after_a_space_follows_a_space_too(model, sae) -> None:
+    # top tokens are shown stripped ("herself"); GPT-2 reads " herself" as one token, "herself"
+    # as two, and the token it replaces (" himself") follows a space
+    assert len(model.tokenizer.encode("herself", add_special_tokens=False)) > 1
+    stripped = perturb(model, sae, 0, PERTURBED, POSITION, ["herself"])
+    spaced = perturb(model, sae, 0, PERTURBED, POSITION, [" herself"])
+    pd.testing.assert_frame_equal(stripped, spaced)
+    words = ["herself", "elephantine", "<|endoftext|>", "Mary"]
+    assert single_token_replacements(model, PERTURBED, POSITION, words) == ["herself", "Mary"]
 
 
 def test_perturb_rejects_a_special_token_as_replacement(model, sae) -> None:

@@ -25,10 +25,11 @@ STAGES = {
 }
 
 
-def _stage(module: str) -> int | None:
-    """Stage of a dotted ``circuitlasso.x...`` module name; None for the package itself."""
+def _stage(module: str) -> int:
+    """Stage of a dotted ``circuitlasso.x...`` module name; the package itself is its
+    ``__init__``, the public API, the last stage."""
     parts = module.split(".")
-    return STAGES[parts[1]] if len(parts) > 1 else None
+    return STAGES[parts[1]] if len(parts) > 1 else STAGES["__init__"]
 
 
 def imports_from_later_stages(source: str, stage: int) -> list[str]:
@@ -36,14 +37,15 @@ def imports_from_later_stages(source: str, stage: int) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
-            if node.module == "circuitlasso":  # from circuitlasso import x
-                names = [f"circuitlasso.{a.name}" for a in node.names if a.name in STAGES]
+            if node.module == "circuitlasso":  # from circuitlasso import x: a module or a name
+                names = [f"circuitlasso.{a.name}" if a.name in STAGES else "circuitlasso"
+                         for a in node.names]  # fmt: skip
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:
             continue
         for name in names:
-            if name.startswith("circuitlasso.") and (_stage(name) or 0) > stage:
+            if name.split(".")[0] == "circuitlasso" and _stage(name) > stage:
                 found.append(name)
     return found
 
@@ -69,6 +71,8 @@ def test_the_check_sees_each_import_form():
         "from circuitlasso.evaluation.ablate import rank_features",
         "from circuitlasso import presentation",
         "import circuitlasso.circuits.trace",
+        "import circuitlasso",  # the package's __init__: the public API, the last stage
+        "from circuitlasso import __version__",
     ):
         assert imports_from_later_stages(line, stage=1), line
     assert not imports_from_later_stages("from circuitlasso.cache import fetch", stage=1)

@@ -204,4 +204,4 @@ def test_the_real_report_runs_on_both_models(
     assert set(headline) <= set(report)
     assert report["hidden_state_max_abs_diff_vs_hf"] < 1e-4
     assert -1 <= report["readout_test_mcc"] <= 1
-    assert "readout on the last layer" in real_model.format_real_model_report(report)
+    assert "readout on layer 5 " in real_model.format_real_model_report(report)

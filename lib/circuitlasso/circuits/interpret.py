@@ -302,6 +302,42 @@ def nodes_top_tokens(
     }  # fmt: skip
 
 
+def _replacement_id(model: Model, ids: torch.Tensor, index: int, text: str) -> int:
+    """The id that puts ``text`` at ``ids[index]`` as one token: as a word after a space where
+    the token there follows one and that is one token (a decoder's `` word`` piece, as top
+    tokens are shown stripped), else as given; ValueError unless it is one token, or if it is a
+    BOS, EOS or PAD token."""
+    spaced = token_strings(model, ids[index : index + 1])[0].startswith(" ")
+    try:
+        token = single_token_id(model, f" {text.strip()}" if spaced else text)
+    except ValueError:
+        if not spaced:
+            raise
+        token = single_token_id(model, text)
+    replaced = ids.clone()
+    replaced[index] = token
+    if not _real(model, replaced)[index]:
+        raise ValueError(f"replacement {text!r} is a BOS, EOS or PAD token")
+    return token
+
+
+def single_token_replacements(
+    model: Model, prompt: str, position: int, words: Sequence[str]
+) -> list[str]:
+    """The ``words`` that :func:`perturb` can put at real token number ``position`` of
+    ``prompt``: one token each there, none a BOS, EOS or PAD token."""
+    ids = prompt_ids(model, prompt)
+    index = int(_real(model, ids).nonzero()[position, 0])
+    fitting = []
+    for word in words:
+        try:
+            _replacement_id(model, ids, index, word)
+        except ValueError:
+            continue
+        fitting.append(word)
+    return fitting
+
+
 def perturb(
     model: Model,
     sae: SAE,
@@ -312,7 +348,8 @@ def perturb(
 ) -> pd.DataFrame:
     """Single-prompt table: ``prompt`` and its variants with its real token number ``position``
     (0 = the first token after BOS, if the model prepends one) replaced by each of
-    ``replacements`` (single tokens, none of them BOS, EOS or PAD).
+    ``replacements`` (single tokens there, none of them BOS, EOS or PAD; a word replacing a token
+    that follows a space follows one too, :func:`single_token_replacements`).
 
     Columns: ``prompt`` (changed token in [brackets]), ``value`` (activation at ``position``),
     ``change`` (minus the original's), ``per_token``.
@@ -324,9 +361,7 @@ def perturb(
     variants = [original]
     for text in replacements:
         ids = original.clone()
-        ids[where[position]] = single_token_id(model, text)  # raises unless one token
-        if not _real(model, ids)[where[position]]:
-            raise ValueError(f"replacement {text!r} is a BOS, EOS or PAD token")
+        ids[where[position]] = _replacement_id(model, original, where[position], text)
         variants.append(ids)
     values = token_values(model, sae, feature, variants)
     rows = []

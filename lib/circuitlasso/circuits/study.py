@@ -220,7 +220,9 @@ class FeatureStudy:
     ) -> pd.DataFrame:
         """The single-prompt test (:func:`~circuitlasso.circuits.interpret.perturb`): the
         feature's top training prompt with its most active token replaced by each of the
-        ``alternatives`` tokens that are top tokens of the most nodes of ``circuit``."""
+        ``alternatives`` tokens that are top tokens of the most nodes of ``circuit`` (those
+        that fit there as one token,
+        :func:`~circuitlasso.circuits.interpret.single_token_replacements`)."""
         top = self.top_prompts(layer, feature, n=1)
         if top.empty:
             raise ValueError(f"feature {feature} of layer {layer} is never active")
@@ -233,8 +235,9 @@ class FeatureStudy:
         words = [w for w, _ in pool.most_common() if w != top["top_token"].iloc[0]]
         column = np.asarray(self._features(layer)[:, feature].toarray()).ravel()
         sentence = self.prompts[int(np.argmax(column))]
+        fitting = interpret.single_token_replacements(self.model, sentence, position, words)
         return interpret.perturb(
-            self.model, self.saes[layer], int(feature), sentence, position, words[:alternatives]
+            self.model, self.saes[layer], int(feature), sentence, position, fitting[:alternatives]
         )
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,6 @@ import torch
 from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-import circuitlasso
 from circuitlasso.cache import cache_key, load_or_compute
 from circuitlasso.circuits.components import LINEAR_TOL, linear_edge_scores
 from circuitlasso.collect import collect_nodes
@@ -544,7 +544,7 @@ def stored_row(
     """``measure()``'s row with the UTC time it ended (``measured_at``), saved in ``store`` under
     ``run``, this machine (:func:`machine_description`) and the library's version; or the row
     saved there by an earlier call with the same ones, read back without measuring."""
-    key = cache_key(**run, machine=machine_description(), version=circuitlasso.__version__)
+    key = cache_key(**run, machine=machine_description(), version=package_version("circuitlasso"))
 
     def timed() -> dict[str, object]:
         ended = datetime.now(timezone.utc).isoformat(timespec="seconds")

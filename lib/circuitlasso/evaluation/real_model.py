@@ -22,6 +22,7 @@ from sklearn.model_selection import GridSearchCV
 from transformer_lens import HookedEncoder, HookedTransformer
 
 from circuitlasso.collect import collect_sae_features
+from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import N_LAYERS, max_abs_diff_vs_hf
 from circuitlasso.data.minilm_cola import encoder_weights, finetune_report, finetuned_saes_report
@@ -35,7 +36,7 @@ from circuitlasso.data.models import (
     load_saes,
 )
 from circuitlasso.data.smollm2 import load_hf_smollm2
-from circuitlasso.data.smollm2_saes import SAE_LAYERS, smollm2_saes_report
+from circuitlasso.data.smollm2_saes import CIRCUIT_LAYERS, SAE_LAYERS, smollm2_saes_report
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation.acceptability import minimal_pair_accuracy, minimal_pair_table
 from circuitlasso.forward import Model, SAEMap, prompt_batches
@@ -64,26 +65,41 @@ LAM_RATIOS = (0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 def cola_readout(
-    model: Model, saes: SAEMap, *, lam_ratios: tuple[float, ...] = LAM_RATIOS, progress: bool = True
+    model: Model,
+    saes: SAEMap,
+    *,
+    layer: int | None = None,
+    lam_ratios: tuple[float, ...] = LAM_RATIOS,
+    progress: bool = True,
 ) -> dict[str, Any]:
-    """The paper's CoLA readout: ``A_{L,y}`` fitted on the token-averaged features of ``saes``
-    (one layer) on CoLA's training sentences, its penalty chosen among ``lam_ratios`` by 3-fold
+    """The paper's CoLA readout: ``A_{L,y}`` fitted on the token-averaged features of one layer
+    of ``saes`` on CoLA's training sentences, its penalty chosen among ``lam_ratios`` by 3-fold
     cross-validation (a ``GridSearchCV`` of :class:`~circuitlasso.estimator.CircuitLasso`),
     scored on the in-domain dev sentences: accuracy, the majority class, MCC, and its number of
-    nonzero coefficients."""
+    nonzero coefficients. Fitted on every layer of ``saes`` (one forward pass collects them
+    all): ``readout_by_layer`` holds each layer's; the headline keys are those of ``layer``
+    (default: the last)."""
     train, dev = load_cola("train"), load_cola("dev")
     Z_train = collect_sae_features(model, saes, list(train.sentence), progress=progress)
     Z_dev = collect_sae_features(model, saes, list(dev.sentence), progress=progress)
+    layer = max(Z_train) if layer is None else layer
+    if layer not in Z_train:
+        raise ValueError(f"no SAE on layer {layer} for the readout; layers: {sorted(Z_train)}")
     y_train, y_dev = train.label.to_numpy(), dev.label.to_numpy()
-    search = GridSearchCV(CircuitLasso(), {"label_lam_ratio": list(lam_ratios)}, cv=3)
-    readout = search.fit(Z_train, y_train).best_estimator_
-    return {
-        "readout_lam_ratio": readout.label_lam_ratio,
-        "readout_test_accuracy": readout.score(Z_dev, y_dev),
-        "readout_majority_baseline": float(max(y_dev.mean(), 1 - y_dev.mean())),
-        "readout_test_mcc": float(matthews_corrcoef(y_dev, readout.predict(Z_dev))),
-        "readout_features": int(np.count_nonzero(readout.label_fit_.coef)),
-    }
+    by_layer = {}
+    for read in Z_train:
+        search = GridSearchCV(CircuitLasso(), {"label_lam_ratio": list(lam_ratios)}, cv=3)
+        readout = search.fit(LayerFeatures({read: Z_train[read]}), y_train).best_estimator_
+        dev_features = LayerFeatures({read: Z_dev[read]})
+        by_layer[read] = {
+            "readout_lam_ratio": readout.label_lam_ratio,
+            "readout_test_accuracy": readout.score(dev_features, y_dev),
+            "readout_test_mcc": float(matthews_corrcoef(y_dev, readout.predict(dev_features))),
+            "readout_features": int(np.count_nonzero(readout.coef_)),
+        }
+    majority = float(max(y_dev.mean(), 1 - y_dev.mean()))
+    return {**by_layer[layer], "readout_layer": layer, "readout_majority_baseline": majority,
+            "readout_by_layer": by_layer}  # fmt: skip
 
 
 def real_model_report(
@@ -120,8 +136,14 @@ def real_model_report(
 
 
 def format_real_model_report(report: dict[str, Any]) -> str:
-    """The per-layer SAE table and the readout, as text."""
-    table = pd.DataFrame(report["layers"]).T.rename_axis("layer")
+    """The per-layer SAE table (with the readout on each layer it was fitted on) and the
+    headline readout, as text."""
+    table = pd.DataFrame(report["layers"]).T
+    table.index = table.index.astype(int)
+    readouts = pd.DataFrame(report["readout_by_layer"]).T.rename(
+        columns=lambda name: name.replace("readout_test_", "readout_")
+    )
+    table = table.join(readouts, how="left").rename_axis("layer")
     cfg = report["config"]
     return "\n".join(
         [
@@ -129,7 +151,8 @@ def format_real_model_report(report: dict[str, Any]) -> str:
             f"{report['train_tokens']} tokens of CoLA train, scored on {report['dev_tokens']} "
             "tokens of CoLA in-domain dev",
             table.to_string(float_format=lambda v: f"{v:.3f}"),
-            f"readout on the last layer ({report['readout_features']} features, lam = "
+            f"readout on layer {report['readout_layer']} ({report['readout_features']} features, "
+            "lam = "
             f"{report['readout_lam_ratio']:g} lam_max): dev accuracy "
             f"{report['readout_test_accuracy']:.3f} (MCC {report['readout_test_mcc']:.3f}), "
             f"majority class {report['readout_majority_baseline']:.3f}",
@@ -162,13 +185,15 @@ def decoder_report(
     """The report of the real decoder (``"smollm2-135m"``) as a dict: :data:`DECODER_HEADLINE`
     (its conversion against the HF model on CoLA's dev sentences, its own judgement of the
     project's minimal pairs by log-probability, its SAEs' worst layer, the CoLA readout on the
-    last layer with an SAE), ``layers`` (per-layer SAE quality), ``minimal_pairs`` (accuracy by
-    phenomenon) and the readout's penalty and size."""
+    last layer its circuits keep, :data:`~circuitlasso.data.smollm2_saes.CIRCUIT_LAYERS`),
+    ``layers`` (per-layer SAE quality), ``readout_by_layer`` (the readout on every layer with an
+    SAE), ``minimal_pairs`` (accuracy by phenomenon) and the readout's penalty and size."""
     model = load_model(DECODER_NAME)
     assert isinstance(model, HookedTransformer)
     report = smollm2_saes_report()
-    saes = load_saes(DECODER_NAME, [SAE_LAYERS[-1]], model=model)
-    report.update(cola_readout(model, saes, lam_ratios=lam_ratios, progress=progress))
+    saes = load_saes(DECODER_NAME, SAE_LAYERS, model=model)
+    report.update(cola_readout(model, saes, layer=CIRCUIT_LAYERS[-1], lam_ratios=lam_ratios,
+                               progress=progress))  # fmt: skip
     pairs = minimal_pair_table(model, load_minimal_pairs())  # after its BOS, <|endoftext|>
     report["minimal_pairs"] = minimal_pair_accuracy(pairs)
     report["minimal_pair_accuracy"] = report["minimal_pairs"]["all"]

@@ -36,7 +36,7 @@ from circuitlasso.timing import Stopwatch
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
 ONLY_TAG = "only-"  # a cell tagged only-<profile> is kept on that profile alone
-BOOK_PROFILES = ("toy", "real")  # what `make book` runs (see plan)
+BOOK_PROFILES = ("toy", "real", "decoder")  # what `make book` runs (see plan)
 HIDE_INPUT_TAG = "hide-input"  # the book shows the cell's output, its code behind a toggle
 LONG_CELL = 5  # lines of code above which an executed cell's code is collapsed in the book
 
