@@ -26,6 +26,7 @@ import torch
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.evaluation.debias import (
     TOY_CONCEPTS,
+    ComparisonOptions,
     ablation_table,
     compare_methods,
     load_splits,
@@ -50,8 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     model = load_model("toy")
     saes = load_saes("toy", range(args.layer + 1), model=model)
     splits = load_splits("toy_bias_in_bios", ("professor", "nurse"), seed=args.seed)
+    options = ComparisonOptions(n_candidates=args.n_candidates)
     result = compare_methods(model, saes, args.layer, splits, ("professor", "nurse"),
-                             TOY_CONCEPTS, n_candidates=args.n_candidates)  # fmt: skip
+                             TOY_CONCEPTS, options)  # fmt: skip
     table = result.table
     with pd.option_context("display.width", 120):
         print("Table 2: accuracy on the balanced test set (%)")

@@ -31,6 +31,7 @@ import psutil
 from tqdm import tqdm
 
 from circuitlasso.executor import Executor, get_executor
+from circuitlasso.timing import Stopwatch
 
 CACHE_ENV = "CIRCUITLASSO_CACHE"
 MIRROR_ENV = "CIRCUITLASSO_MIRROR"
@@ -412,9 +413,9 @@ class _SavedChunk:
         try:
             if _is_saved(self.folder, i):
                 return _load(_chunk_path(self.folder, i))
-            start = time.perf_counter()
+            clock = Stopwatch()
             value = self.fn(i)
-            seconds = time.perf_counter() - start
+            seconds = clock.lap("chunk")
             with atomic_path(_seconds_path(self.folder, i)) as tmp:
                 tmp.write_text(repr(seconds))
             with atomic_path(_chunk_path(self.folder, i)) as tmp:

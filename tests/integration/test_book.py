@@ -18,6 +18,7 @@ from nbval_outputs import output_differences
 
 from circuitlasso import cache
 from circuitlasso.presentation import reproduce as rp
+from circuitlasso.presentation import summaries as sm
 
 pytestmark = pytest.mark.book
 
@@ -117,7 +118,7 @@ def test_every_section_summary_matches_its_profile_reference(built_book: Path) -
     planned = rp.plan(project, rp.BOOK_PROFILES)
     for profile in set(planned.values()):
         ran = [s for s, p in planned.items() if p == profile]
-        problems = rp.check_summaries(project, profile, ran)
+        problems = sm.check_summaries(project, profile, ran)
         assert problems == {section: [] for section in ran}
 
 
@@ -125,7 +126,7 @@ def test_every_section_summary_matches_its_profile_reference(built_book: Path) -
 def test_faithfulness_curves_csv_holds_the_swept_values(built_book: Path) -> None:
     project = rp.Project(built_book)
     curves = pd.read_csv(project.executed("faithfulness").with_suffix(".csv"))
-    summary = rp.read_summary(project.executed("faithfulness"))
+    summary = sm.read_summary(project.executed("faithfulness"))
     assert set(curves["ablation"]) == {"node", "edge"}
     for ablation in ("node", "edge"):
         table = curves[curves["ablation"] == ablation]

@@ -28,15 +28,14 @@ from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.evaluation.ablate import (
-    Surrogate,
-    attribution_scores,
-    edge_ablation_sweep,
     feature_means,
     metric_with_ablation,
     node_ablation_sweep,
     random_ranking,
     rank_features,
 )
+from circuitlasso.evaluation.attribution import attribution_scores
+from circuitlasso.evaluation.surrogate import Surrogate, edge_ablation_sweep
 from circuitlasso.forward import splice_hooks
 
 torch.set_num_threads(1)

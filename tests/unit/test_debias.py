@@ -33,6 +33,7 @@ from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.debias import (
     TOY_CONCEPTS,
     Comparison,
+    ComparisonOptions,
     accuracies,
     compare_methods,
     describe,
@@ -338,9 +339,10 @@ def test_the_automatic_rule_finds_the_toy_worlds_gender_features(toy, splits, bi
 def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(toy, splits):
     model, saes = toy
     small = {name: frame.iloc[:120] for name, frame in splits.items()}
-    result = compare_methods(model, saes, LAST, small, PROFESSIONS, TOY_CONCEPTS, n_candidates=10,
-                             attribution_prompts=8, steps=2, label_prompts=32, shift_gender=[],
-                             circuitlasso_gender=[], batch_size=32)  # fmt: skip
+    options = ComparisonOptions(n_candidates=10, attribution_prompts=8, steps=2,
+                                label_prompts=32, batch_size=32)  # fmt: skip
+    result = compare_methods(model, saes, LAST, small, PROFESSIONS, TOY_CONCEPTS, options,
+                             shift_gender=[], circuitlasso_gender=[])  # fmt: skip
     table = result.table
     assert list(table.index) == [
         "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain",
@@ -414,11 +416,11 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
     by_hand["CircuitLasso-retrain"] = (refit.predict_proba(without(Z_test)) > 0.5).astype(int)
     by_hand["CircuitLasso-no-removal"] = (fit.predict_proba(Z_test) > 0.5).astype(int)
 
-    result = compare_methods(model, saes, LAST, small, PROFESSIONS, TOY_CONCEPTS, n_candidates=10,
-                             attribution_prompts=8, steps=2, label_prompts=32,
+    options = ComparisonOptions(n_candidates=10, attribution_prompts=8, steps=2,
+                                label_prompts=32, batch_size=32)  # fmt: skip
+    result = compare_methods(model, saes, LAST, small, PROFESSIONS, TOY_CONCEPTS, options,
                              shift_gender=[list(node) for node in gendered],
-                             circuitlasso_gender=[[LAST, f] for f in top],
-                             batch_size=32)  # fmt: skip
+                             circuitlasso_gender=[[LAST, f] for f in top])  # fmt: skip
     table = result.table
     assert result.removed == {"SHIFT": gendered, "CircuitLasso": [(LAST, f) for f in top]}
     expected = {name: accuracies(predictions, test, PROFESSIONS)

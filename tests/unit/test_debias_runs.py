@@ -92,8 +92,8 @@ def test_compare_models_runs_each_model_at_its_layer_with_its_own_manual_feature
         calls.append(("load", name, layer, device))
         return loaded[name]
 
-    def fake_compare(model, saes, layer, splits, professions, concepts, **kwargs):
-        calls.append(("compare", model, layer, kwargs))
+    def fake_compare(model, saes, layer, splits, professions, concepts, options, **kwargs):
+        calls.append(("compare", model, layer, options, kwargs))
         return debias.Comparison(pd.DataFrame({"model": [model]}), {}, {})
 
     def fake_truth(model, saes, comparison, splits, *, batch_size):
@@ -103,20 +103,33 @@ def test_compare_models_runs_each_model_at_its_layer_with_its_own_manual_feature
     monkeypatch.setattr(runs, "load_run", fake_load_run)
     monkeypatch.setattr(runs, "compare_methods", fake_compare)
     monkeypatch.setattr(runs, "rule_vs_toy_truth", fake_truth)
+    options = debias.ComparisonOptions(lam_ratio=0.5, batch_size=8)
     comparisons, truths = debias.compare_models(
-        {"gemma-2-2b": 22, "toy": 3}, {}, ("professor", "nurse"), {}, device="cuda",
-        circuitlasso_gender={"toy": [[3, 7]]}, lam_ratio=0.5, batch_size=8)  # fmt: skip
+        {"gemma-2-2b": 22, "toy": 3}, {}, ("professor", "nurse"), {}, options, device="cuda",
+        circuitlasso_gender={"toy": [[3, 7]]})  # fmt: skip
 
     assert list(comparisons) == ["gemma-2-2b", "toy"] and list(truths) == ["toy"]
     assert comparisons["toy"].table["model"].tolist() == ["toy model"]
     assert calls == [
         ("load", "gemma-2-2b", 22, "cuda"),
-        ("compare", "gemma model", 22, {"shift_gender": None, "circuitlasso_gender": None,
-                                        "lam_ratio": 0.5, "batch_size": 8}),
+        ("compare", "gemma model", 22, options, {"shift_gender": None,
+                                                 "circuitlasso_gender": None}),
         ("load", "toy", 3, "cuda"),
-        ("compare", "toy model", 3, {"shift_gender": None, "circuitlasso_gender": [[3, 7]],
-                                     "lam_ratio": 0.5, "batch_size": 8}),
+        ("compare", "toy model", 3, options, {"shift_gender": None,
+                                              "circuitlasso_gender": [[3, 7]]}),
         ("truth", "toy model", 8),
     ]  # fmt: skip
     with pytest.raises(ValueError, match="runs names no model"):
         debias.compare_models({}, {}, ("professor", "nurse"), {})
+
+
+def test_candidate_counts_give_each_model_and_method_its_searched_and_removed_features() -> None:
+    found = debias.Comparison(
+        pd.DataFrame(),
+        {"SHIFT": [(1, 2), (1, 3), (2, 5)], "CircuitLasso": [(3, 4)]},
+        {"SHIFT": [(1, 3)], "CircuitLasso": []},
+    )
+    counts = debias.candidate_counts({"toy": found, "other": found})
+    assert counts.loc[("toy", "SHIFT")].tolist() == [3, 1]
+    assert counts.loc[("other", "CircuitLasso")].tolist() == [1, 0]
+    assert list(counts.columns) == ["candidates", "removed"] and len(counts) == 4

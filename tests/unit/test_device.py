@@ -56,7 +56,8 @@ from circuitlasso.collect import collect_nodes, collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.estimator import CircuitLasso, penalty_table
-from circuitlasso.evaluation.ablate import attribution_scores, feature_means, node_ablation_sweep
+from circuitlasso.evaluation.ablate import feature_means, node_ablation_sweep
+from circuitlasso.evaluation.attribution import attribution_scores
 from circuitlasso.evaluation.debias.probes import Probe, pooled_activations
 from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.eap import edge_attribution_patching

@@ -1,9 +1,9 @@
 """The faithfulness experiment's choices and reports against independent references.
 
-References: hand computations on small frames, a fake clock, the ablation functions of
-:mod:`circuitlasso.evaluation.ablate` called one ranking at a time as the section used to call
-them, the label fit's own nonzero coefficients (the roots of the trace), and a surrogate built by
-hand from two layer-pair fits.
+References: hand computations on small frames, a fake clock, the ablation, attribution and
+surrogate functions (:mod:`circuitlasso.evaluation.ablate`, ``attribution``, ``surrogate``)
+called one ranking at a time as the section used to call them, the label fit's own nonzero
+coefficients (the roots of the trace), and a surrogate built by hand from two layer-pair fits.
 """
 
 from __future__ import annotations
@@ -29,13 +29,10 @@ from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.evaluation import faithfulness as fa
-from circuitlasso.evaluation.ablate import (
-    Surrogate,
-    attribution_scores,
-    edge_ablation_sweep,
-    feature_means,
-    node_ablation_sweep,
-)
+from circuitlasso.evaluation.ablate import feature_means, node_ablation_sweep
+from circuitlasso.evaluation.attribution import attribution_scores
+from circuitlasso.evaluation.metrics import MinimalPairMargin
+from circuitlasso.evaluation.surrogate import Surrogate, edge_ablation_sweep
 
 torch.set_num_threads(1)
 
@@ -291,8 +288,10 @@ def test_summary_of_a_small_experiment(chain, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
     clock = fa.Stopwatch()
     clock.lap("all")
-    found = fa.summary(traced, node, edge, clock, fa.Baseline({}, {}, 5.678), target=0.8)
+    found = fa.summary(traced, node, edge, clock, fa.Baseline({}, {}, 5.678), target=0.8,
+                       metric=MinimalPairMargin())  # fmt: skip
     assert found == {
+        "metric": "minimal_pairs",
         "circuit": {"nodes": 3, "edges": 2},
         "surrogate": {"ranked_features": 4, "edges": 9},
         "ranked_features_by_layer": {"2": 2, "1": 1, "0": 1},
@@ -306,3 +305,7 @@ def test_summary_of_a_small_experiment(chain, monkeypatch: pytest.MonkeyPatch) -
         "edge_completeness": {"CircuitLasso": {"4": 0.5}},
         "seconds": {"CircuitLasso": 2.0, "IG attribution": 5.68},
     }
+    label = LabelFit(2, np.zeros(4), 0.0, 1.0, True)
+    readout = fa.summary(traced, node, edge, clock, fa.Baseline({}, {}, 5.678), target=0.8,
+                         metric=label)  # fmt: skip
+    assert readout == {**found, "metric": "readout"}

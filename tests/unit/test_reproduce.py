@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from circuitlasso.presentation import reproduce as rp
+from circuitlasso.presentation import summaries as sm
 from circuitlasso.presentation.cli import build_parser, main
 
 
@@ -230,7 +231,7 @@ def _summary(**changes) -> dict:
 
 
 def test_a_summary_within_every_tolerance_matches() -> None:
-    assert rp.compare_summary(_summary(), REFERENCE) == []
+    assert sm.compare_summary(_summary(), REFERENCE) == []
 
 
 @pytest.mark.parametrize(
@@ -249,19 +250,19 @@ def test_a_summary_within_every_tolerance_matches() -> None:
     ],
 )
 def test_each_departure_is_named(changes: dict, expected: str) -> None:
-    assert rp.compare_summary(_summary(**changes), REFERENCE) == [expected]
+    assert sm.compare_summary(_summary(**changes), REFERENCE) == [expected]
 
 
 def test_a_missing_number_is_a_departure_and_unchecked_ones_are_not_compared() -> None:
     summary = _summary(seconds=1e9)
     del summary["gap"]
-    assert rp.compare_summary(summary, REFERENCE) == [
+    assert sm.compare_summary(summary, REFERENCE) == [
         "gap: in the reference but not in the summary"
     ]
 
 
 def test_the_summary_is_read_back_from_the_executed_notebook(project: rp.Project, capsys) -> None:
-    rp.print_summary({"n": np.int64(3), "values": np.arange(2.0), "ok": np.bool_(True),
+    sm.print_summary({"n": np.int64(3), "values": np.arange(2.0), "ok": np.bool_(True),
                       "recall": float("nan")})  # fmt: skip
     line = capsys.readouterr().out
     assert line == '{"n": 3, "values": [0.0, 1.0], "ok": true, "recall": null}\n'
@@ -269,18 +270,18 @@ def test_the_summary_is_read_back_from_the_executed_notebook(project: rp.Project
     nb.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="table\n" + line)]
     project.sections_out.mkdir(parents=True)
     nbformat.write(nb, project.executed("alpha"))
-    read = rp.read_summary(project.executed("alpha"))
+    read = sm.read_summary(project.executed("alpha"))
     assert read == {"n": 3, "values": [0.0, 1.0], "ok": True, "recall": None}
     project.reference("toy").parent.mkdir()
     project.reference("toy").write_text(
         "alpha:\n  n: {value: 3}\n  values: {unchecked: x}\n  recall: {value: null}\n"
     )
     with pytest.raises(rp.ReproduceError, match="no entry for section.s. beta"):
-        rp.check_summaries(project, "toy")
-    found = rp.check_summaries(project, "toy", ["alpha"])
+        sm.check_summaries(project, "toy")
+    found = sm.check_summaries(project, "toy", ["alpha"])
     assert found == {"alpha": ["ok: in the summary but not in the reference"]}
     with pytest.raises(rp.ReproduceError, match="no reference for profile 'paper'"):
-        rp.check_summaries(project, "paper", ["alpha"])
+        sm.check_summaries(project, "paper", ["alpha"])
 
 
 def test_a_notebook_checks_its_summary_within_the_references_tolerances(
@@ -290,20 +291,20 @@ def test_a_notebook_checks_its_summary_within_the_references_tolerances(
     # every number stays within its tolerance
     project.reference("toy").parent.mkdir()
     project.reference("toy").write_text(yaml.safe_dump({"alpha": REFERENCE}))
-    assert rp.summary_check("alpha", _summary(), "toy", project) == (
+    assert sm.summary_check("alpha", _summary(), "toy", project) == (
         "alpha: all 6 checks of toy.yaml hold"
     )
-    assert rp.summary_check("alpha", _summary(accuracy=np.float64(0.94)), "toy", project) == (
+    assert sm.summary_check("alpha", _summary(accuracy=np.float64(0.94)), "toy", project) == (
         "alpha: all 6 checks of toy.yaml hold"
     )
-    assert rp.summary_check("alpha", _summary(accuracy=0.9199, gap=2e-10), "toy", project) == (
+    assert sm.summary_check("alpha", _summary(accuracy=0.9199, gap=2e-10), "toy", project) == (
         "alpha: 2 departure(s) from toy.yaml: accuracy: 0.9199 differs from 0.93 by more than "
         "0.01; gap: 2e-10 is above its bound 1e-10"
     )
-    assert rp.summary_check("beta", _summary(), "toy", project) == (
+    assert sm.summary_check("beta", _summary(), "toy", project) == (
         "beta: no reference for the 'toy' profile (toy.yaml)"
     )
-    assert rp.summary_check("alpha", _summary(), "paper", project) == (
+    assert sm.summary_check("alpha", _summary(), "paper", project) == (
         "alpha: no reference for the 'paper' profile (paper.yaml)"
     )
 
@@ -314,7 +315,7 @@ def test_a_notebook_without_a_summary_is_named(project: rp.Project) -> None:
         nbformat.read(project.template("alpha"), as_version=4), project.executed("alpha")
     )
     with pytest.raises(rp.ReproduceError, match="alpha.ipynb: its last printed line is not a JSON"):
-        rp.read_summary(project.executed("alpha"))
+        sm.read_summary(project.executed("alpha"))
 
 
 @pytest.mark.slow

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from circuitlasso.forward import (
     stop_at_layer,
     to_dense,
 )
+from circuitlasso.timing import Stopwatch
 
 SAE_COLLECTOR_VERSION = 3  # part of the cache key; bump when the stored chunks change meaning
 
@@ -214,7 +214,7 @@ def collect_sae_features(
     layers = sorted(saes)
     hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in layers}
     special_ids = special_token_ids(model)
-    start = time.perf_counter()
+    clock = Stopwatch()
     batches, order = batches_by_length(model, prompts, batch_size)
     members = [order[s : s + batch_size].tolist() for s in range(0, len(prompts), batch_size)]
 
@@ -238,7 +238,7 @@ def collect_sae_features(
         )
     hook_names = sorted(set(hooks.values()))
     stop = stop_at_layer(hook_names)
-    setup = time.perf_counter() - start
+    setup = clock.lap("setup")
 
     def chunk(i: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         tokens, real = batches[i]
@@ -280,10 +280,9 @@ def collect_sae_features(
         progress=progress,
         executor=executor,
     )
-    batches_seconds = time.perf_counter() - start - setup
+    batches_seconds = clock.lap("batches")
     if key is not None:
         batches_seconds = chunk_seconds(key, len(batches), root=cache_dir)
-    start = time.perf_counter()
     inverse = np.argsort(order)  # row i of the stacked batches is prompt order[i]
     result = {}
     for j, layer in enumerate(layers):
@@ -295,5 +294,5 @@ def collect_sae_features(
             for indptr, indices, data in (c[j] for c in chunks)
         ]
         result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)[inverse]
-    stack = time.perf_counter() - start
+    stack = clock.lap("stack")
     return LayerFeatures(result, compute_seconds=setup + batches_seconds + stack)

@@ -1,5 +1,5 @@
-"""Integrated gradients through SAE features: the path integral behind the attribution baseline
-(:func:`circuitlasso.evaluation.ablate.attribution_scores`) and SHIFT's scores
+"""Integrated gradients through SAE features: the path integral (:func:`integrated_gradients`)
+behind the attribution baseline (:func:`attribution_scores`) and SHIFT's scores
 (:func:`circuitlasso.evaluation.debias.shift.ig_scores`), which differ only in the metric and the
 baseline.
 
@@ -14,11 +14,19 @@ is
 ``alpha`` at the midpoints of ``steps`` equal intervals of [0, 1], divided by the number of
 prompts: ``{layer: (D,)}``. By completeness the scores of one layer sum to about
 ``mean(s * (m(clean) - m(layer at base)))`` when ``m`` is continuous along the path.
+
+Attribution baseline (SHIFT-style, :func:`attribution_scores`): per layer, integrated gradients
+of the faithfulness metric ``m`` (:mod:`circuitlasso.evaluation.metrics`: the label readout, or a
+decoder's judgement of minimal pairs, each prompt weighted as the metric weights it) from the
+mean-ablated to the clean features of that layer (the other layers computed by the model),
+``score = sum over tokens of (z - mean) * mean over steps of dm/dz``, averaged over the prompts:
+``{layer: (D,)}``, a first-order estimate of ``m(M) - m(M without the feature)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,26 +34,37 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
+from circuitlasso.circuits.features import LabelFit
 from circuitlasso.data.models import check_sae_fits
+from circuitlasso.evaluation.metrics import Metric, as_metric, check_saes
 from circuitlasso.forward import (
     Hook,
+    SAEMap,
     batches_by_length,
     run_with_hooks,
     stop_at_layer,
     to_dense,
 )
+from circuitlasso.timing import Stopwatch
 
-Metric = Callable[[int, torch.Tensor, Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor]
+LOGITS = "logits"
+"""A name ``reads`` may hold beside hook names: the model's output logits ``(B, P, V)``, the whole
+model run to its end."""
+TOKENS = "tokens"
+"""The key of the batch's token ids ``(B, P)`` in what a :data:`PathMetric` sees."""
+
+PathMetric = Callable[[int, torch.Tensor, Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor]
 """``metric(layer, z, seen, real) -> (B,)``: the metric of each prompt of a batch, given the
 patched layer, its features on the path ``z: (B, P, D)``, the activations ``seen`` at the hooks
-the metric reads and the batch's real-token mask ``real: (B, P)``."""
+the metric reads (the logits under :data:`LOGITS` where it reads them, the token ids under
+:data:`TOKENS`) and the batch's real-token mask ``real: (B, P)``."""
 
 
 def _layer_scores(
     model: HookedTransformer,
     layer: int,
     sae: SAE,
-    metric: Metric,
+    metric: PathMetric,
     reads: Sequence[str],
     tokens: torch.Tensor,
     real: torch.Tensor,
@@ -57,7 +76,7 @@ def _layer_scores(
     mask = real.to(base.device)[:, :, None]
     sign = sign.to(base.device)
     sae_hook = str(sae.cfg.metadata.hook_name)
-    stop = stop_at_layer([sae_hook, *reads])
+    stop = None if LOGITS in reads else stop_at_layer([sae_hook, *reads])
     scores = torch.zeros(sae.cfg.d_sae, dtype=torch.float64)
     for step in range(steps):
         alpha = (step + 0.5) / steps  # midpoint rule on [0, 1]
@@ -73,9 +92,14 @@ def _layer_scores(
         def read(x: torch.Tensor, hook: Any, seen=seen) -> None:
             seen[hook.name] = x
 
-        hooks: list[Hook] = [(sae_hook, patch), *((name, read) for name in reads)]
+        hooks: list[Hook] = [(sae_hook, patch)]
+        hooks += [(name, read) for name in reads if name != LOGITS]
         with torch.enable_grad():
-            run_with_hooks(model, tokens, hooks, stop_at_layer=stop)
+            logits = run_with_hooks(model, tokens, hooks, stop_at_layer=stop)
+            if LOGITS in reads:
+                assert logits is not None
+                seen[LOGITS] = logits
+            seen[TOKENS] = tokens
             m = (sign * metric(layer, state["path"], seen, real)).sum()
             (grad,) = torch.autograd.grad(m, state["path"], allow_unused=True)
         if grad is None:  # the metric reads nothing the layer feeds
@@ -88,7 +112,7 @@ def integrated_gradients(
     model: HookedTransformer,
     saes: Mapping[int, SAE],
     prompts: Sequence[str],
-    metric: Metric,
+    metric: PathMetric,
     *,
     reads: Sequence[str] = (),
     baselines: Mapping[int, torch.Tensor] | None = None,
@@ -99,9 +123,10 @@ def integrated_gradients(
     """``{layer: (D,)}`` integrated-gradient scores of every SAE feature (module docstring),
     averaged over ``prompts``.
 
-    ``metric`` (see :data:`Metric`) reads the activations at the hooks ``reads``; ``baselines``:
-    ``{layer: (D,)}`` (default zero, SHIFT's zero ablation); ``signs: (n,)`` weights each
-    prompt's metric (default 1); ``steps`` midpoints per path.
+    ``metric`` (see :data:`PathMetric`) reads the activations at the hooks ``reads`` (and the
+    logits, where they hold :data:`LOGITS`); ``baselines``: ``{layer: (D,)}`` (default zero,
+    SHIFT's zero ablation); ``signs: (n,)`` weights each prompt's metric (default 1); ``steps``
+    midpoints per path.
     """
     if not saes:
         raise ValueError("saes is empty: need at least one {layer: SAE}")
@@ -129,3 +154,65 @@ def integrated_gradients(
             totals[layer] += _layer_scores(model, layer, sae, metric, reads, tokens_d, real, sign,
                                            base.to(sae.W_enc), steps)  # fmt: skip
     return {layer: (total / len(prompts)).numpy() for layer, total in totals.items()}
+
+
+# --- Attribution baseline -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Node scores ``{layer: (D,)}`` of :func:`attribution_scores` and the seconds they took."""
+
+    scores: dict[int, np.ndarray]
+    seconds: float
+
+
+def attribution_scores(
+    model: HookedTransformer,
+    saes: SAEMap,
+    metric: Metric | LabelFit,
+    prompts: Sequence[str],
+    means: Mapping[int, torch.Tensor],
+    *,
+    labels: Sequence[int] | None = None,
+    steps: int = 10,
+    batch_size: int = 32,
+) -> Attribution:
+    """Attribution patching with integrated gradients (``steps`` midpoints) through the SAE
+    features of each layer: ``{layer: (D,)}`` scores averaged over ``prompts``, and the runtime.
+
+    For layer ``l`` the features at real tokens follow ``mean + alpha * (z - mean)``, the SAE
+    error term stays at its clean value and the layers above run unchanged; the score of a
+    feature is ``(z - mean) * dm/dz`` averaged over ``alpha``, summed over tokens; ``metric`` is
+    a :class:`~circuitlasso.evaluation.metrics.Metric` or the label fit of a
+    :class:`~circuitlasso.evaluation.metrics.Readout`, each prompt weighted as it weights
+    ``labels: (n,)`` in {0, 1} (the readout: signed by them if given). The path integral is
+    :func:`integrated_gradients` from the baseline ``means``.
+    """
+    metric = as_metric(metric)
+    saes = check_saes(model, saes, metric)
+    clock = Stopwatch()
+    if metric.layer is None:  # the logits: the whole model runs
+        reads = [LOGITS]
+
+        def value(
+            layer: int, z: torch.Tensor, seen: Mapping[str, torch.Tensor], real: torch.Tensor
+        ) -> torch.Tensor:
+            return metric(seen[LOGITS], seen[TOKENS], real)
+
+    else:
+        read_layer = metric.layer
+        reader = saes[read_layer]
+        reads = [str(reader.cfg.metadata.hook_name)]
+
+        def value(
+            layer: int, z: torch.Tensor, seen: Mapping[str, torch.Tensor], real: torch.Tensor
+        ) -> torch.Tensor:
+            """The metric of ``read_layer``'s features: ``z`` itself, or encoded where read."""
+            features = z if layer == read_layer else to_dense(reader.encode(seen[reads[0]]))
+            return metric(features, seen[TOKENS], real)
+
+    weights = metric.weights(labels, len(prompts))
+    scores = integrated_gradients(model, saes, prompts, value, reads=reads, baselines=means,
+                                  signs=weights, steps=steps, batch_size=batch_size)  # fmt: skip
+    return Attribution(scores, clock.lap("attribution"))

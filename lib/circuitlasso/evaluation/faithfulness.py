@@ -1,12 +1,19 @@
 """The faithfulness experiment (paper App. C.5, Fig. 4): its evaluation sets, the rankings it
 compares, the sweeps over circuit sizes, and the tables, curve points and summary it reports.
 
-Everything is measured with :mod:`circuitlasso.evaluation.ablate` (node ablation in the model,
-edge ablation in the linear surrogate, the attribution baseline); this module chooses what is
-compared and how it is tabulated.
+Everything is measured with :mod:`circuitlasso.evaluation.ablate` (node ablation in the model),
+:mod:`circuitlasso.evaluation.surrogate` (edge ablation in the linear surrogate) and
+:func:`circuitlasso.evaluation.attribution.attribution_scores` (the attribution baseline); this
+module chooses what is compared and how it is tabulated.
 
 - Sentences: a class-balanced evaluation set of test sentences and a reference set of training
   sentences for the ablation means (:func:`evaluation_sentences`).
+- The metric of node ablation and the attribution baseline (:func:`evaluation_metric`, by name,
+  :data:`METRICS`): the label readout on the evaluation sentences signed by their labels, or a
+  decoder's own judgement of minimal pairs, the mean over pairs of ``log p(good) - log p(bad)``
+  (:mod:`circuitlasso.evaluation.metrics`), the ablation means still over the reference
+  sentences. Edge ablation in the surrogate always reads the readout: it is linear in the
+  features and has no logits.
 - Runtime: a first run's feature collection (``LayerFeatures.compute_seconds``, the seconds
   recorded when the cached batches were computed) and named consecutive stages
   (:class:`Stopwatch`).
@@ -40,21 +47,29 @@ from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.data.graph import Edge
+from circuitlasso.data.minimal_pairs import MinimalPair, load_minimal_pairs
 from circuitlasso.evaluation.ablate import (
     FeatureSet,
     Node,
-    Surrogate,
-    attribution_scores,
-    edge_ablation_sweep,
     feature_means,
     metric_with_ablation,
     node_ablation_sweep,
     random_ranking,
     rank_features,
 )
+from circuitlasso.evaluation.attribution import attribution_scores
+from circuitlasso.evaluation.metrics import (
+    Metric,
+    MinimalPairMargin,
+    Readout,
+    as_metric,
+    check_saes,
+)
+from circuitlasso.evaluation.surrogate import Surrogate, edge_ablation_sweep
 from circuitlasso.timing import Stopwatch
 
 CURVE_POINTS = (4, 64, 1024, 4096, 8192)  # circuit sizes the summary reports
+METRICS = ("readout", "minimal_pairs")  # the metrics evaluation_metric knows by name
 
 
 # ---------------------------------------------------------------- sentences
@@ -96,6 +111,35 @@ def evaluation_sentences(
     reference = train["sentence"].sample(n=min(n_reference, len(train)), random_state=seed)
     labels = chosen["label"].astype(int).tolist()
     return Sentences(chosen["sentence"].tolist(), labels, reference.tolist())
+
+
+def evaluation_metric(
+    name: str,
+    label_fit: LabelFit,
+    sentences: Sentences,
+    *,
+    pairs: Sequence[MinimalPair] | None = None,
+) -> tuple[Metric, Sentences]:
+    """The metric named ``name`` (one of :data:`METRICS`) that node ablation and the attribution
+    baseline measure, and the sentences they measure it on.
+
+    ``"readout"``: the :class:`~circuitlasso.evaluation.metrics.Readout` of ``label_fit`` on
+    ``sentences`` as they are. ``"minimal_pairs"``: a decoder's own judgement,
+    :class:`~circuitlasso.evaluation.metrics.MinimalPairMargin`, on the good sentences of
+    ``pairs`` (default: :func:`~circuitlasso.data.minimal_pairs.load_minimal_pairs`, all 48)
+    labelled 1, then their bad ones labelled 0; the ablation means still over
+    ``sentences.reference``.
+    """
+    if name == "readout":
+        return Readout(label_fit), sentences
+    if name == "minimal_pairs":
+        pairs = load_minimal_pairs() if pairs is None else list(pairs)
+        if not pairs:
+            raise ValueError("no minimal pairs given")
+        prompts = [p.good for p in pairs] + [p.bad for p in pairs]
+        labels = [1] * len(pairs) + [0] * len(pairs)
+        return MinimalPairMargin(), Sentences(prompts, labels, sentences.reference)
+    raise ValueError(f"unknown metric {name!r}; the metrics are {', '.join(METRICS)}")
 
 
 # ---------------------------------------------------------------- rankings
@@ -156,21 +200,24 @@ class Baseline:
 def attribution_baseline(
     model: HookedTransformer,
     saes: Mapping[int, SAE],
-    label_fit: LabelFit,
+    metric: Metric | LabelFit,
     sentences: Sentences,
     *,
     steps: int = 10,
     batch_size: int = 64,
 ) -> Baseline:
     """:func:`~circuitlasso.evaluation.ablate.feature_means` over ``sentences.reference``, then
-    :func:`~circuitlasso.evaluation.ablate.attribution_scores` (``steps`` IG steps, metric signed
-    by the labels) on ``sentences.prompts``, timed together."""
+    :func:`~circuitlasso.evaluation.attribution.attribution_scores` (``steps`` IG steps) of
+    ``metric`` (a label fit: its readout; see :func:`evaluation_metric`), weighted by the labels,
+    on ``sentences.prompts``, timed together; the metric is checked against the model first."""
+    metric = as_metric(metric)
+    check_saes(model, saes, metric)
     clock = Stopwatch()
     means = feature_means(model, saes, sentences.reference, batch_size=batch_size)
     attribution = attribution_scores(
         model,
         saes,
-        label_fit,
+        metric,
         sentences.prompts,
         means,
         labels=sentences.labels,
@@ -218,7 +265,7 @@ def sweep_sizes(limit: int, sizes: Sequence[int] | None = None) -> list[int]:
 def node_sweep(
     model: HookedTransformer,
     saes: Mapping[int, SAE],
-    label_fit: LabelFit,
+    metric: Metric | LabelFit,
     sentences: Sentences,
     rankings: Mapping[str, Sequence[Node]],
     means: Mapping[int, torch.Tensor],
@@ -227,11 +274,12 @@ def node_sweep(
     batch_size: int = 64,
 ) -> pd.DataFrame:
     """:func:`~circuitlasso.evaluation.ablate.node_ablation_sweep` of each ranking on the
-    evaluation sentences (metric signed by their labels) at :func:`sweep_sizes`, stacked with a
-    column ``method``; ``m(M)`` and ``m(empty)`` are measured once for all of them."""
+    evaluation sentences (``metric``, a label fit: its readout, weighted by their labels; see
+    :func:`evaluation_metric`) at :func:`sweep_sizes`, stacked with a column ``method``; ``m(M)``
+    and ``m(empty)`` are measured once for all of them."""
 
     def m(circuit: FeatureSet | None) -> float:
-        return metric_with_ablation(model, saes, label_fit, sentences.prompts, circuit,
+        return metric_with_ablation(model, saes, metric, sentences.prompts, circuit,
                                     labels=sentences.labels, means=means,
                                     batch_size=batch_size)  # fmt: skip
 
@@ -241,7 +289,7 @@ def node_sweep(
             node_ablation_sweep(
                 model,
                 saes,
-                label_fit,
+                metric,
                 sentences.prompts,
                 ranking,
                 sweep_sizes(len(ranking), sizes),
@@ -261,7 +309,7 @@ def edge_sweep(
     rankings: Mapping[str, Sequence[Edge]],
     sizes: Sequence[int] | None = None,
 ) -> pd.DataFrame:
-    """:func:`~circuitlasso.evaluation.ablate.edge_ablation_sweep` of each ranking at
+    """:func:`~circuitlasso.evaluation.surrogate.edge_ablation_sweep` of each ranking at
     :func:`sweep_sizes`, stacked with a column ``method``."""
     return pd.concat(
         [
@@ -331,16 +379,21 @@ def summary(
     clock: Stopwatch,
     baseline: Baseline,
     target: float,
+    *,
+    metric: Metric | LabelFit,
 ) -> dict[str, Any]:
-    """The section's summary: circuit and surrogate sizes, ranked features per layer, ``m(M)``
-    and ``m(empty)``, each method's smallest size reaching faithfulness ``target``, the curves at
-    :data:`CURVE_POINTS` and each method's seconds (:func:`method_seconds`, to 0.01 s)."""
+    """The section's summary: the name of the ``metric`` node ablation measured (the edge
+    sweep's is always the readout), circuit and surrogate sizes, ranked features per layer,
+    ``m(M)`` and ``m(empty)``, each method's smallest size reaching faithfulness ``target``, the
+    curves at :data:`CURVE_POINTS` and each method's seconds (:func:`method_seconds`, to
+    0.01 s)."""
 
     def smallest(sweep: pd.DataFrame) -> dict[str, int | None]:
         return {m: size_for(sweep, m, target) for m in dict.fromkeys(sweep["method"])}
 
     by_layer = Counter(layer for layer, _ in traced.ranking)
     return {
+        "metric": as_metric(metric).name,
         "circuit": {
             "nodes": traced.circuit.number_of_nodes(),
             "edges": traced.circuit.number_of_edges(),

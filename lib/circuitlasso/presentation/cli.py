@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from circuitlasso.presentation import reproduce as rp
+from circuitlasso.presentation import summaries as sm
 from circuitlasso.timing import Stopwatch
 
 
@@ -52,7 +53,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     problems: dict[str, list[str]] = {}
     for profile in dict.fromkeys(chosen.values()):
         ran = [s for s, p in chosen.items() if p == profile]
-        for section, found in rp.check_summaries(project, profile, ran).items():
+        for section, found in sm.check_summaries(project, profile, ran).items():
             problems[section] = found
             verdict = "matches the reference" if not found else f"{len(found)} departure(s)"
             print(f"[{section}] summary {verdict}: {project.reference(profile)}")

@@ -18,6 +18,7 @@
 
 from circuitlasso.evaluation.debias.compare import (
     Comparison,
+    ComparisonOptions,
     Method,
     chosen_nodes,
     compare_methods,
@@ -59,6 +60,7 @@ from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.debias.tables import (
     ablation_table,
     by_model,
+    candidate_counts,
     candidate_table,
     gap_closed,
     removal_table,
@@ -79,9 +81,12 @@ __all__ = [
     "accuracies",
     "bottleneck",
     "by_model",
+    "candidate_counts",
+    "candidate_counts",
     "candidate_table",
     "check_split",
     "chosen_nodes",
+    "ComparisonOptions",
     "compare_methods",
     "compare_models",
     "concept_directions",

@@ -325,6 +325,29 @@ def _lasso_methods(
     return methods, candidates, removed
 
 
+@dataclass(frozen=True)
+class ComparisonOptions:
+    """The knobs of :func:`compare_methods` that every model of a comparison shares.
+
+    ``gender_concepts``: the concepts CBP leaves out of its bottleneck; ``C``: inverse l2
+    penalty of the probes; ``lam_ratio``: l1 penalty of ``A_{s,y}``, a fraction of its
+    ``lam_max`` (the retrained one keeps the same ``lam``); the automatic gender rule flags, among
+    the top ``n_candidates`` features, those whose swap effect reaches ``swap_threshold``; the
+    attribution (``steps`` IG steps) reads the first ``attribution_prompts`` ambiguous training
+    texts, the rule and the top tokens the first ``label_prompts``; ``batch_size`` prompts per
+    forward pass."""
+
+    gender_concepts: tuple[str, ...] = ("male", "female")
+    C: float = 1.0
+    lam_ratio: float = 0.09
+    n_candidates: int = 100
+    attribution_prompts: int = 200
+    steps: int = 10
+    label_prompts: int = 200
+    swap_threshold: float = 0.25
+    batch_size: int = 64
+
+
 def compare_methods(
     model: HookedTransformer,
     saes: Mapping[int, SAE],
@@ -332,46 +355,35 @@ def compare_methods(
     splits: Mapping[str, pd.DataFrame],
     professions: Sequence[str],
     concepts: Mapping[str, Sequence[str]],
+    options: ComparisonOptions | None = None,
     *,
-    gender_concepts: Sequence[str] = ("male", "female"),
-    C: float = 1.0,
-    lam_ratio: float = 0.09,
-    n_candidates: int = 100,
-    attribution_prompts: int = 200,
-    steps: int = 10,
-    label_prompts: int = 200,
-    swap_threshold: float = 0.25,
     shift_gender: Sequence[Sequence[int]] | None = None,
     circuitlasso_gender: Sequence[Sequence[int]] | None = None,
-    batch_size: int = 64,
 ) -> Comparison:
     """Run every method on the ``splits``
-    (:func:`~circuitlasso.evaluation.debias.data.load_splits`).
+    (:func:`~circuitlasso.evaluation.debias.data.load_splits`) with ``options`` (default:
+    :class:`ComparisonOptions`' own).
 
     ``saes[l]`` are the residual-stream SAEs of layers ``0..layer``; the probes read the hook of
-    ``saes[layer]``. ``concepts`` maps concept names to short texts; CBP leaves out the
-    ``gender_concepts``. ``C``: inverse l2 penalty of the probes; ``lam_ratio``: l1 penalty of
-    ``A_{s,y}``, a fraction of its ``lam_max`` (the retrained one keeps the same ``lam``). Gender
-    features: the manual lists ``shift_gender`` / ``circuitlasso_gender`` of
-    ``[layer, feature]`` pairs, or (None) the automatic rule (``swap_threshold``) on the top
-    ``n_candidates``. The attribution (``steps`` IG steps) reads the first
-    ``attribution_prompts`` ambiguous training texts, the rule and the top tokens the first
-    ``label_prompts``.
+    ``saes[layer]``. ``concepts`` maps concept names to short texts. Gender features: the manual
+    lists ``shift_gender`` / ``circuitlasso_gender`` of ``[layer, feature]`` pairs, or (None)
+    the automatic rule of ``options``.
     """
+    options = options or ComparisonOptions()
     missing = [s for s in range(layer + 1) if s not in saes]
     if layer < 0 or missing:
         raise ValueError(f"SHIFT needs the SAEs of layers 0..{layer}; missing {missing}")
-    kept = bottleneck(concepts, gender_concepts)
+    kept = bottleneck(concepts, options.gender_concepts)
     task = _Task(
         model,
         saes,
         layer,
         texts={name: frame["text"].tolist() for name, frame in splits.items()},
         y={name: targets(frame, professions) for name, frame in splits.items()},
-        C=C,
-        label_prompts=label_prompts,
-        threshold=swap_threshold,
-        batch_size=batch_size,
+        C=options.C,
+        label_prompts=options.label_prompts,
+        threshold=options.swap_threshold,
+        batch_size=options.batch_size,
     )
     X_test = task.pool("balanced_test")
     probes, original, t_original = _probe_methods(task, X_test, kept)
@@ -380,12 +392,12 @@ def compare_methods(
         original,
         t_original,
         shift_gender,
-        n_candidates=n_candidates,
-        attribution_prompts=attribution_prompts,
-        steps=steps,
+        n_candidates=options.n_candidates,
+        attribution_prompts=options.attribution_prompts,
+        steps=options.steps,
     )
     lasso, lasso_candidates, lasso_removed = _lasso_methods(
-        task, circuitlasso_gender, lam_ratio=lam_ratio, n_candidates=n_candidates
+        task, circuitlasso_gender, lam_ratio=options.lam_ratio, n_candidates=options.n_candidates
     )
     by_name = {m.name: m for m in (*probes, *shift, *lasso)}
     test = splits["balanced_test"]

@@ -6,14 +6,13 @@ gender-feature rule is also checked against the planted truth
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pandas as pd
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.data.models import load_model, load_saes
-from circuitlasso.evaluation.debias.compare import Comparison, compare_methods
+from circuitlasso.evaluation.debias.compare import Comparison, ComparisonOptions, compare_methods
 from circuitlasso.evaluation.debias.toy import TOY_MODEL, rule_vs_toy_truth
 
 
@@ -44,23 +43,24 @@ def compare_models(
     splits: Mapping[str, pd.DataFrame],
     professions: Sequence[str],
     concepts: Mapping[str, Sequence[str]],
+    options: ComparisonOptions | None = None,
     *,
     device: str = "cpu",
     shift_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
     circuitlasso_gender: Mapping[str, Sequence[Sequence[int]]] | None = None,
-    **options: Any,
 ) -> tuple[dict[str, Comparison], dict[str, pd.DataFrame]]:
-    """:func:`~circuitlasso.evaluation.debias.compare.compare_methods` on each model of ``runs``
-    (model name -> the layer its probes read), the model and its SAEs loaded by :func:`load_run`
-    one at a time; the comparisons, and for the toy world the rule against its ground truth
-    (:func:`~circuitlasso.evaluation.debias.toy.rule_vs_toy_truth`), by model.
+    """:func:`~circuitlasso.evaluation.debias.compare.compare_methods` with ``options`` (default:
+    :class:`~circuitlasso.evaluation.debias.compare.ComparisonOptions`' own) on each
+    model of ``runs`` (model name -> the layer its probes read), the model and its SAEs loaded
+    by :func:`load_run` one at a time; the comparisons, and for the toy world the rule against
+    its ground truth (:func:`~circuitlasso.evaluation.debias.toy.rule_vs_toy_truth`), by model.
 
     ``shift_gender`` / ``circuitlasso_gender``: manual gender features of each model, model name
-    -> ``[layer, feature]`` pairs (a model not named: the automatic rule); ``options``: the other
-    keyword arguments of :func:`~circuitlasso.evaluation.debias.compare.compare_methods`.
+    -> ``[layer, feature]`` pairs (a model not named: the automatic rule).
     """
     if not runs:
         raise ValueError("runs names no model; give at least one model name -> layer")
+    options = options or ComparisonOptions()
     comparisons, truths = {}, {}
     for name, layer in runs.items():
         model, saes = load_run(name, int(layer), device=device)
@@ -71,14 +71,13 @@ def compare_models(
             splits,
             professions,
             concepts,
+            options,
             shift_gender=(shift_gender or {}).get(name),
             circuitlasso_gender=(circuitlasso_gender or {}).get(name),
-            **options,
         )
         if name == TOY_MODEL:
-            batch_size = options.get("batch_size", 64)
             truths[name] = rule_vs_toy_truth(
-                model, saes, comparisons[name], splits, batch_size=batch_size
+                model, saes, comparisons[name], splits, batch_size=options.batch_size
             )
         del model, saes  # before the next model loads
     return comparisons, truths

@@ -56,6 +56,17 @@ def by_model(
     )
 
 
+def candidate_counts(comparisons: Mapping[str, Comparison]) -> pd.DataFrame:
+    """Per model and feature-removal method (rows): how many features the gender rule searched
+    (``candidates``) and how many it removed (``removed``)."""
+    rows = {
+        (name, method): {"candidates": len(found), "removed": len(comparison.removed[method])}
+        for name, comparison in comparisons.items()
+        for method, found in comparison.candidates.items()
+    }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(["model", "method"])
+
+
 def removal_table(table: pd.DataFrame) -> pd.DataFrame:
     """Table 1 from a :class:`Comparison` ``table``: the feature-removal methods' ``features``
     (int) and ``seconds`` (to 0.1 s)."""
