@@ -36,17 +36,15 @@ from circuitlasso.executor import Executor
 from circuitlasso.forward import SAEMap, check_prompts, sae_layers
 
 
-def as_layer_features(
-    X: Mapping[int, Features] | Features, *, min_prompts: int = 1
-) -> LayerFeatures:
+def as_layer_features(X: Mapping[int, Features] | Features, *, min_rows: int = 1) -> LayerFeatures:
     """``X`` as :class:`LayerFeatures` of float CSR matrices: a mapping ``{layer: (M, D)}``, or
     one ``(M, D)`` matrix as the features of layer 0; each checked by scikit-learn's
-    ``check_array`` (2-D, numbers, finite, at least ``min_prompts`` rows and one feature, or a
-    ``ValueError`` saying what is wrong)."""
+    ``check_array`` (2-D, numbers, finite, at least ``min_rows`` rows (prompts) and one feature,
+    or a ``ValueError`` saying what is wrong)."""
     layers = X if isinstance(X, Mapping) and not sp.issparse(X) else {0: X}  # DOK is a dict
     checked = {
         key: sp.csr_matrix(check_array(z, accept_sparse="csr", dtype=[np.float32, np.float64],
-                                       ensure_min_samples=min_prompts, input_name=f"X[{key}]"))
+                                       ensure_min_samples=min_rows, input_name=f"X[{key}]"))
         for key, z in layers.items()
     }  # fmt: skip
     return LayerFeatures(checked)
@@ -144,7 +142,7 @@ class CircuitLasso(BaseEstimator):
         when first asked for (``circuit_``, ``interpret``), fitting the layer pairs it visits."""
         if self.layer_pairs not in ("traced", "all"):
             raise ValueError(f"layer_pairs is 'traced' or 'all', got {self.layer_pairs!r}")
-        Z = as_layer_features(X, min_prompts=2)
+        Z = as_layer_features(X, min_rows=2)
         last = max(Z)
         self.features_digest_ = features_digest(Z)
         self.n_features_in_ = Z.shape[1]

@@ -48,8 +48,10 @@ def built_book(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> P
             shutil.copy(source, root / name)
     cli = Path(sys.executable).parent / "circuitlasso"
     env = {**os.environ, cache.MIRROR_ENV: str(shared_data)}  # CoLA, for the real chapters
-    subprocess.run([str(cli), "reproduce", "--root", str(root), "--no-progress"], check=True,
-                   env=env)  # fmt: skip
+    # two sections at a time, as `make book` runs them: the book is the longest job of
+    # `make test`, and takes the second core whenever the other jobs leave it free
+    subprocess.run([str(cli), "reproduce", "--root", str(root), "--no-progress", "--jobs", "2"],
+                   check=True, env=env)  # fmt: skip
     jb = Path(sys.executable).parent / "jupyter-book"
     subprocess.run([str(jb), "build", str(root)], check=True)
     return root

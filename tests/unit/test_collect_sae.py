@@ -127,6 +127,30 @@ def test_matches_per_prompt_dense_reference(
         assert got.nnz == np.count_nonzero(expected)
 
 
+def test_pooled_activations_come_from_the_same_pass_as_the_features(
+    model: HookedTransformer, saes: dict[int, SAE], tmp_path: Path
+) -> None:
+    z = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path, pooled=[1])
+    assert list(z.pooled) == [1] and z.pooled[1].shape == (len(PROMPTS), D_MODEL)
+    hook = saes[1].cfg.metadata.hook_name
+    with torch.no_grad():  # each prompt alone: the mean over its tokens but BOS
+        expected = []
+        for prompt in PROMPTS:
+            tokens = model.to_tokens(prompt)
+            _, activations = model.run_with_cache(tokens, names_filter=hook)
+            expected.append(activations[hook][0, tokens[0] != GPT2_BOS].double().mean(0))
+    np.testing.assert_allclose(z.pooled[1], torch.stack(expected).numpy(), rtol=1e-5, atol=1e-6)
+    # the features are those of a call without pooled activations, and rows keep them aligned
+    plain = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path)
+    assert plain.pooled == {} and (plain[1] != z[1]).nnz == 0
+    part = z.rows([2, 0])
+    np.testing.assert_array_equal(part.pooled[1], z.pooled[1][[2, 0]])
+    again = collect_sae_features(model, saes, PROMPTS, batch_size=3, cache_dir=tmp_path, pooled=[1])
+    np.testing.assert_array_equal(again.pooled[1], z.pooled[1])  # loaded from the cache
+    with pytest.raises(ValueError, match=r"pooled layers \[5\] have no SAE; layers: \[0, 1\]"):
+        collect_sae_features(model, saes, PROMPTS, cache_dir=tmp_path, pooled=[5])
+
+
 def test_batches_run_shortest_first_and_rows_come_back_in_input_order(
     model: HookedTransformer,
 ) -> None:

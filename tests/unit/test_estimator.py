@@ -334,6 +334,12 @@ def test_layer_features_split_by_prompts(layers) -> None:
     assert sorted(part) == [0, 1, 2] and part.shape == (3, 3 * D)
     for layer in Z:
         np.testing.assert_array_equal(part[layer].toarray(), layers[layer][rows].toarray())
+    assert Z.rows([3, 0, 7]).shape == part.shape and Z.rows(slice(0, 4)).shape == (4, 3 * D)
+    np.testing.assert_array_equal(Z.rows([3, 0, 7])[1].toarray(), part[1].toarray())
+    with pytest.raises(TypeError, match=r"Z.rows\(\[3\]\) for those prompts, or Z\[layer\]"):
+        Z[[3]]
+    with pytest.raises(KeyError, match="no layer 9"):
+        Z[9]
     with pytest.raises(ValueError, match="one row per prompt"):
         LayerFeatures({0: layers[0], 1: layers[1][:5]})
 

@@ -133,8 +133,9 @@ class FeatureStudy:
         self, *, batch_size: int = 64, progress: bool = False
     ) -> tuple[LayerFeatures, LayerFeatures]:
         """Collect (or load from the on-disk cache) ``Z`` and ``Z_test``
-        (:class:`~circuitlasso.collect.LayerFeatures`, which scikit-learn splits by prompts);
-        return both."""
+        (:class:`~circuitlasso.collect.LayerFeatures`, which scikit-learn splits by prompts),
+        with the token-averaged activation the last layer's SAE reads (``pooled``, for a dense
+        probe); return both."""
         with self.clock.timed("collect SAE features"):
             self.Z, self.Z_test = (
                 collect_sae_features(
@@ -143,6 +144,7 @@ class FeatureStudy:
                     frame["sentence"].tolist(),
                     batch_size=batch_size,
                     progress=progress,
+                    pooled=[self.last],
                 )
                 for frame in (self.train, self.test)
             )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,8 @@ from circuitlasso.forward import (
 )
 from circuitlasso.timing import Stopwatch
 
-SAE_COLLECTOR_VERSION = 3  # part of the cache key; bump when the stored chunks change meaning
+SAE_COLLECTOR_VERSION = 4  # part of the cache key; bump when the stored chunks change meaning
+CSRParts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # one batch's (indptr, indices, data)
 
 
 def _hash_tensor(digest: hashlib._Hash, name: str, t: torch.Tensor) -> None:
@@ -125,7 +126,7 @@ def _average_features(sae: SAE, activations: torch.Tensor, real: torch.Tensor) -
     return mean_over_real(to_dense(features), real, dtype=torch.float32)
 
 
-def _csr_parts(means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _csr_parts(means: torch.Tensor) -> CSRParts:
     """``(indptr, indices, data)`` of a dense ``(B, D)`` matrix's nonzeros, int32 indices."""
     rows, cols = means.nonzero(as_tuple=True)
     data = means[rows, cols].cpu()
@@ -146,10 +147,13 @@ def collect_sae_features(
     cache_key_parts: dict | None = None,
     progress: bool = True,
     executor: str | Executor | None = None,
+    pooled: Collection[int] = (),
 ) -> LayerFeatures:
     """Token-averaged SAE features per layer: ``{layer: Z_layer}``, each ``(M, d_sae)`` CSR, as
     :class:`~circuitlasso.collect.layers.LayerFeatures` (a mapping that scikit-learn can split
-    by prompts).
+    by prompts). For each layer of ``pooled``, the token-averaged activation the layer's SAE
+    reads is kept too, from the same forward pass: ``Z.pooled[layer]``, ``(M, d_in)`` float64
+    (what a dense probe of that hook reads).
 
     ``saes[layer]`` encodes the activations at its own hook (``sae.cfg.metadata.hook_name``;
     the SAE must fit the model, see :func:`circuitlasso.data.models.check_sae_fits`); the dict keys
@@ -212,6 +216,10 @@ def collect_sae_features(
     for sae in saes.values():
         check_sae_fits(model, sae)
     layers = sorted(saes)
+    pooled_layers = sorted({int(layer) for layer in pooled})
+    unknown = [layer for layer in pooled_layers if layer not in saes]
+    if unknown:
+        raise ValueError(f"pooled layers {unknown} have no SAE; layers: {layers}")
     hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in layers}
     special_ids = special_token_ids(model)
     clock = Stopwatch()
@@ -235,12 +243,14 @@ def collect_sae_features(
             excluded_token_ids=special_ids,
             pad_token_id=getattr(model.tokenizer, "pad_token_id", None),
             extra=[[str(name), value] for name, value in sorted(extra.items())],
+            **({"pooled": pooled_layers} if pooled_layers else {}),
         )
     hook_names = sorted(set(hooks.values()))
     stop = stop_at_layer(hook_names)
     setup = clock.lap("setup")
 
-    def chunk(i: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def chunk(i: int) -> tuple[list[CSRParts], list[torch.Tensor]]:
+        """The batch's sparse means per layer and its pooled activations per pooled layer."""
         tokens, real = batches[i]
         parts = []
         with torch.inference_mode():
@@ -269,7 +279,8 @@ def collect_sae_features(
                     )
                 parts.append(_csr_parts(means))
                 del means
-        return parts
+            dense = [mean_over_real(saved[hooks[layer]], real).cpu() for layer in pooled_layers]
+        return parts, dense
 
     chunks = load_or_compute_chunks(
         key,
@@ -291,8 +302,12 @@ def collect_sae_features(
             sp.csr_matrix(
                 (data.numpy(), indices.numpy(), indptr.numpy()), shape=(len(indptr) - 1, d_sae)
             )
-            for indptr, indices, data in (c[j] for c in chunks)
+            for indptr, indices, data in (c[0][j] for c in chunks)
         ]
         result[layer] = sp.vstack(blocks, format="csr", dtype=np.float32)[inverse]
+    dense = {
+        layer: torch.cat([c[1][j] for c in chunks]).numpy()[inverse]
+        for j, layer in enumerate(pooled_layers)
+    }
     stack = clock.lap("stack")
-    return LayerFeatures(result, compute_seconds=setup + batches_seconds + stack)
+    return LayerFeatures(result, compute_seconds=setup + batches_seconds + stack, pooled=dense)

@@ -1,8 +1,9 @@
 """``LayerFeatures``: the features of several layers for the same prompts, one row per prompt.
 
 A read-only mapping ``layer -> (M, D_layer)`` (what :func:`~circuitlasso.collect.
-collect_sae_features` returns) that scikit-learn can also split by prompts: ``Z[rows]`` with an
-array or slice of row indices is the same layers restricted to those prompts, and ``Z.shape`` is
+collect_sae_features` returns) that scikit-learn can also split by prompts: ``Z.rows(rows)`` (and
+``Z[rows]`` with a numpy array or slice, as scikit-learn spells it) is the same layers restricted
+to those prompts, and ``Z.shape`` is
 ``(M, total width)``, so ``GridSearchCV`` and ``cross_val_score`` cross-validate a
 :class:`~circuitlasso.estimator.CircuitLasso` on it as on any matrix.
 """
@@ -19,12 +20,20 @@ import scipy.sparse as sp
 
 class LayerFeatures(Mapping):
     """``{layer: (M, D_layer)}`` features of the same M prompts; ``Z[layer]`` one layer's matrix
-    (sparse CSR or dense), ``Z[rows]`` (an integer or boolean array, a list or a slice) the rows
-    ``rows`` of every layer. ``compute_seconds``: what computing them took on a first run, where
-    known (:func:`~circuitlasso.collect.collect_sae_features` sets it, cached or not; rows taken
-    from them do not have it)."""
+    (sparse CSR or dense), ``Z.rows(rows)`` (or ``Z[rows]`` with an integer or boolean numpy
+    array or a slice) the rows ``rows`` of every layer. ``compute_seconds``: what computing them
+    took on a first run, where known (:func:`~circuitlasso.collect.collect_sae_features` sets
+    it, cached or not; rows taken from them do not have it). ``pooled``: ``{layer: (M, d_in)}``
+    token-averaged activations some layers' SAEs read, where collected (rows follow the
+    features')."""
 
-    def __init__(self, layers: Mapping[int, Any], *, compute_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        layers: Mapping[int, Any],
+        *,
+        compute_seconds: float | None = None,
+        pooled: Mapping[int, np.ndarray] | None = None,
+    ) -> None:
         self.compute_seconds = compute_seconds
         if not layers:
             raise ValueError("LayerFeatures needs the features of at least one layer")
@@ -38,15 +47,41 @@ class LayerFeatures(Mapping):
         rows = {layer: np.shape(z)[0] for layer, z in self._layers.items()}
         if len(set(rows.values())) != 1:
             raise ValueError(f"every layer needs one row per prompt, got rows {rows}")
+        self.pooled = {int(layer): np.asarray(x) for layer, x in (pooled or {}).items()}
+        wrong = {
+            layer: x.shape
+            for layer, x in self.pooled.items()
+            if x.ndim != 2 or x.shape[0] != self.shape[0] or layer not in self._layers
+        }
+        if wrong:
+            raise ValueError(f"pooled activations need one row per prompt of a layer: {wrong}")
 
     def __getitem__(self, key: Any) -> Any:
+        """``Z[layer]`` one layer's matrix; ``Z[rows]`` with a numpy array or slice of rows, as
+        scikit-learn splits it (:meth:`rows` is the spelling for everyone else); a list is
+        refused, since ``Z[[3]]`` would read as a layer."""
         if isinstance(key, numbers.Integral):
+            if int(key) not in self._layers:
+                raise KeyError(f"no layer {key}; layers: {list(self._layers)}")
             return self._layers[int(key)]
         if isinstance(key, tuple) and len(key) == 2 and key[1] is Ellipsis:
             key = key[0]  # rows as scikit-learn indexes them, X[rows, ...]
-        if isinstance(key, slice) or isinstance(key, (list, np.ndarray)):
-            return LayerFeatures({layer: _rows(z, key) for layer, z in self._layers.items()})
+        if isinstance(key, (slice, np.ndarray)):
+            return self.rows(key)
+        if isinstance(key, list):
+            raise TypeError(
+                f"Z[{key!r}]: a list of rows reads like a layer; use Z.rows({key!r}) for those "
+                "prompts, or Z[layer] for one layer"
+            )
         raise KeyError(key)
+
+    def rows(self, rows: Any) -> LayerFeatures:
+        """The same layers restricted to the prompts ``rows`` (integer indices, a boolean mask or
+        a slice), in that order."""
+        return LayerFeatures(
+            {layer: _rows(z, rows) for layer, z in self._layers.items()},
+            pooled={layer: x[rows] for layer, x in self.pooled.items()},
+        )
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._layers)

@@ -30,8 +30,9 @@ from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.study import FeatureStudy
+from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.concepts import ENGLISH_CONCEPTS, dominant_concept
-from circuitlasso.evaluation.debias.probes import fit_probe, pooled_activations
+from circuitlasso.evaluation.debias.probes import fit_probe
 
 PAPER_CONCEPTS = {
     "reflexives": 'root z12.20726 "-self"; persists over layers 8 to 12',
@@ -103,31 +104,34 @@ def edge_type_table(circuit: Circuit, paper: Mapping[str, str] = PAPER_EDGES) ->
     return pd.DataFrame(rows, columns=columns).set_index("type").fillna("")
 
 
-def readout_baselines(
-    study: FeatureStudy, label_fit: LabelFit, *, batch_size: int = 64
-) -> pd.DataFrame:
+def readout_baselines(study: FeatureStudy, label_fit: LabelFit) -> pd.DataFrame:
     """Train and test accuracy (columns) of the majority class of the training labels, the binary
     readout ``label_fit`` on the study's features, and an l2-logistic probe
     (:func:`~circuitlasso.evaluation.debias.probes.fit_probe`) on the token-averaged activation
-    at the hook the readout layer's SAE reads (rows)."""
+    at the hook the readout layer's SAE reads (rows; collected with the features,
+    :meth:`~circuitlasso.circuits.study.FeatureStudy.collect`)."""
     if label_fit.kind != "binary":
         raise ValueError(f"readout baselines need a binary readout, not a {label_fit.kind} one")
     hook = str(study.saes[label_fit.layer].cfg.metadata.hook_name)
     majority = int(np.mean(study.y) >= 0.5)
-    splits = {"train": (study.train, study.Z, study.y), "test": (study.test, study.Z_test,
-                                                                  study.y_test)}  # fmt: skip
-    X = {name: pooled_activations(study.model, hook, frame["sentence"].tolist(),
-                                  batch_size=batch_size)
-         for name, (frame, _, _) in splits.items()}  # fmt: skip
+    splits = {"train": (study.Z, study.y), "test": (study.Z_test, study.y_test)}
+    X = {}
+    for name, (Z, _) in splits.items():
+        if not isinstance(Z, LayerFeatures) or label_fit.layer not in Z.pooled:
+            raise ValueError(
+                f"the study's {name} features hold no pooled activations of layer "
+                f"{label_fit.layer}: collect them with FeatureStudy.collect"
+            )
+        X[name] = Z.pooled[label_fit.layer]
     probe = fit_probe(X["train"], study.y)
     rows = {
-        "majority class": {n: float(np.mean(y == majority)) for n, (_, _, y) in splits.items()},
+        "majority class": {n: float(np.mean(y == majority)) for n, (_, y) in splits.items()},
         f"sparse readout A_L,y ({np.count_nonzero(label_fit.coef)} SAE features)": {
             n: float(np.mean(label_fit.predict(Z[label_fit.layer]) == y))
-            for n, (_, Z, y) in splits.items()
+            for n, (Z, y) in splits.items()
         },
         f"dense probe ({X['train'].shape[1]} dimensions of {hook})": {
-            n: float(np.mean(probe.predict(X[n]) == y)) for n, (_, _, y) in splits.items()
+            n: float(np.mean(probe.predict(X[n]) == y)) for n, (_, y) in splits.items()
         },
     }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("accuracy")
