@@ -28,8 +28,13 @@ columns for a pair). With a subset of pairs the full 11-pair time is projected f
 measured pair, labelled as a projection. Random weights and SAEs measure scale only: the circuit
 says nothing about grammar.
 
+On a real model (``--model smollm2-135m``: the decoder SmolLM2-135M with its shipped SAEs, on
+every layer that has one unless ``--sae-layers`` says otherwise) the same stages run on the real
+weights and SAEs; a pair then links each SAE layer to the one below it.
+
 Run: python benchmarks/paper_scale.py [--sentences N] [--width 24576] [--k 32] [--pairs 1 6 11]
      [--batch-size 64] [--device cpu] [--threads 2] [--memory-gib 8]
+     [--model smollm2-135m [--sae-layers 4 9 14 19 24 29]]
 Prints the stage table, then one JSON line: total_seconds, peak_gib, stage_seconds,
 layer_pair_seconds_median, pairs_measured (and projected_total_seconds_all_pairs for a subset).
 """
@@ -54,7 +59,8 @@ from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.features import Features, fit_label
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.cola import load_cola
-from circuitlasso.data.models import gpt2_tokenizer, tiny_gpt2
+from circuitlasso.data.models import DECODER_NAME, gpt2_tokenizer, load_model, load_saes, tiny_gpt2
+from circuitlasso.data.smollm2_saes import SAE_LAYERS
 from circuitlasso.timing import PeakMemory, Stopwatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,32 +152,62 @@ def active_per_sentence(Z: Features) -> float:
     return Z.nnz / Z.shape[0]
 
 
+def load_run(args: argparse.Namespace) -> tuple[Any, dict[int, Any], str]:
+    """The model and its SAEs keyed by layer, and a line saying what they are: the random
+    stand-in, or (``--model``) a model the library loads with the SAEs it has for it
+    (``--sae-layers``; the SmolLM2 decoder's default: every layer with a shipped SAE)."""
+    device = args.device
+    if args.model is not None:
+        model = load_model(args.model, device=device)
+        layers = args.sae_layers or (list(SAE_LAYERS) if args.model == DECODER_NAME else None)
+        if not layers:
+            raise ValueError(f"--sae-layers: which layers of {args.model} have an SAE")
+        saes = load_saes(args.model, layers, device=device, model=model)
+        sae = next(iter(saes.values()))
+        return (
+            model,
+            saes,
+            (
+                f"{args.model}: {model.cfg.n_layers} layers, d_model={model.cfg.d_model}; SAEs on "
+                f"layers {sorted(saes)}, width {sae.cfg.d_sae}"
+            ),
+        )
+    tokenizer_dir = args.tokenizer if args.tokenizer.is_dir() else None
+    model = tiny_gpt2(
+        n_layers=args.layers,
+        d_model=args.d_model,
+        n_heads=args.n_heads,
+        n_ctx=args.n_ctx,
+        seed=args.seed,
+        tokenizer=gpt2_tokenizer(tokenizer_dir),
+        device=device,
+    )
+    saes = make_saes(args.layers, args.d_model, args.width, args.k, args.seed, device)
+    return (
+        model,
+        saes,
+        (
+            f"stand-in: {args.layers} layers, d_model={args.d_model}, {args.n_heads} heads, "
+            f"d_mlp={model.cfg.d_mlp}, vocabulary {model.cfg.d_vocab}; TopK SAEs of width "
+            f"{args.width}, k={args.k}; tokenizer {tokenizer_dir or 'fetched from the hub'}"
+        ),
+    )
+
+
 def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
     """Every stage of the run; returns the stages and the JSON summary."""
     stages = Stages()
-    device, n_layers = args.device, args.layers
-    pairs = sorted(set(args.pairs)) if args.pairs else list(range(1, n_layers))
-    if any(not 1 <= child < n_layers for child in pairs):
-        raise ValueError(f"--pairs are child layers in 1..{n_layers - 1}, got {pairs}")
-    tokenizer_dir = args.tokenizer if args.tokenizer.is_dir() else None
+    device = args.device
     with stages.stage("load model + SAEs"):
-        model = tiny_gpt2(
-            n_layers=n_layers,
-            d_model=args.d_model,
-            n_heads=args.n_heads,
-            n_ctx=args.n_ctx,
-            seed=args.seed,
-            tokenizer=gpt2_tokenizer(tokenizer_dir),
-            device=device,
-        )
-        saes = make_saes(n_layers, args.d_model, args.width, args.k, args.seed, device)
+        model, saes, described = load_run(args)
+    layers = sorted(saes)
+    pairs = sorted(set(args.pairs)) if args.pairs else layers[1:]
+    if any(child not in layers[1:] for child in pairs):
+        raise ValueError(f"--pairs are child layers among {layers[1:]}, got {pairs}")
     train = load_sentences(args.data, args.sentences, args.seed)
     print(
-        f"stand-in: {n_layers} layers, d_model={args.d_model}, {args.n_heads} heads, "
-        f"d_mlp={model.cfg.d_mlp}, vocabulary {model.cfg.d_vocab}; TopK SAEs of width "
-        f"{args.width}, k={args.k}; {len(train)} CoLA sentences; device {device}, "
-        f"{torch.get_num_threads()} torch threads; tokenizer "
-        f"{tokenizer_dir or 'fetched from the hub'}"
+        f"{described}; {len(train)} CoLA sentences; device {device}, "
+        f"{torch.get_num_threads()} torch threads"
     )
 
     with tempfile.TemporaryDirectory() as cache_dir, stages.stage("collect") as row:
@@ -185,7 +221,7 @@ def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
         )
         row.update(active=np.mean([active_per_sentence(z) for z in Z.values()]), outputs=len(train))
     del model, saes
-    last = n_layers - 1
+    last = layers[-1]
 
     with stages.stage("label fit") as row:
         label_fit = fit_label(Z[last], train["label"].to_numpy(), args.label_lam_ratio,
@@ -202,7 +238,7 @@ def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
                                       progress=True, cache_dir=pair_cache.name)  # fmt: skip
     pair_seconds = []
     for child in pairs:
-        with stages.stage(f"pair {child - 1}->{child}") as row:
+        with stages.stage(f"pair {layers[layers.index(child) - 1]}->{child}") as row:
             regressions.fit_pair(child)
             coef = regressions.coef(child)
             fits = {id(f): f for f in regressions.parents(child, range(coef.shape[1])).values()}
@@ -212,10 +248,11 @@ def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
                 nonzero=coef.nnz,
                 converged=float(np.concatenate([f.converged for f in fits.values()]).mean()),
             )
-        pair_seconds.append(stages.clock.laps[f"pair {child - 1}->{child}"])
+        pair_seconds.append(stages.clock.laps[f"pair {layers[layers.index(child) - 1]}->{child}"])
     pair_cache.cleanup()
 
-    depth = next(i for i in range(n_layers) if last - i not in pairs)  # fitted from the top
+    # fitted from the top down without a gap
+    depth = next(i for i, child in enumerate(reversed(layers)) if child not in pairs)
     with stages.stage("trace"):
         circuit = tr.trace_circuit(label_fit, regressions, roots=args.roots, k=args.parents,
                                    depth=depth, standardized=True)  # fmt: skip
@@ -223,7 +260,8 @@ def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
 
     print(stages.table().to_string(float_format=lambda v: f"{v:.3g}"))
     print(STAND_IN)
-    missing = [child for child in range(1, n_layers) if child not in pairs]
+    missing = [child for child in layers[1:] if child not in pairs]
+    n_pairs = len(layers) - 1
     print(
         f"label fit: lam_ratio {args.label_lam_ratio:g}, train accuracy "
         f"{np.mean(label_fit.predict(Z[last]) == train['label'].to_numpy()):.3f}; circuit: "
@@ -237,18 +275,18 @@ def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
         "pairs_measured": pairs,
     }
     if missing:
-        projected_pairs = (n_layers - 1) * summary["layer_pair_seconds_median"]
+        projected_pairs = n_pairs * summary["layer_pair_seconds_median"]
         projected = stages.clock.total - sum(pair_seconds) + projected_pairs
         summary["projected_total_seconds_all_pairs"] = projected
         print(
             f"trace: pairs with child layers {missing} were not fit, so the trace went down "
-            f"{depth} of {n_layers - 1} layers (through the fitted pairs from the top); its time "
+            f"{depth} of {n_pairs} layers (through the fitted pairs from the top); its time "
             "is that partial trace's"
         )
         print(
-            f"projected, not measured: all {n_layers - 1} layer pairs "
+            f"projected, not measured: all {n_pairs} layer pairs "
             f"{projected_pairs:.1f} s, whole run {projected:.1f} s "
-            f"({n_layers - 1} x the median of the {len(pairs)} measured pairs)"
+            f"({n_pairs} x the median of the {len(pairs)} measured pairs)"
         )
     return stages, summary
 
@@ -278,6 +316,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--memory-gib", type=float, default=8.0, help="solver memory budget")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a model the library loads (e.g. smollm2-135m) with its "
+        "SAEs, instead of the random stand-in",
+    )
+    parser.add_argument(
+        "--sae-layers",
+        type=int,
+        nargs="*",
+        default=None,
+        help="--model's layers with an SAE (smollm2-135m: every shipped one)",
+    )
     parser.add_argument("--layers", type=int, default=12, help="model layers (GPT-2 small: 12)")
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--n-heads", type=int, default=12)

@@ -92,3 +92,22 @@ def test_a_subset_of_pairs_is_projected_and_the_last_line_is_json(paper_scale, c
 def test_the_memory_budget_reaches_the_layer_pair_solver(paper_scale) -> None:
     with pytest.raises(MemoryBudgetError, match="memory budget is 0.00 GiB"):
         paper_scale.run(paper_scale.parse_args([*TINY, "--pairs", "1", "--memory-gib", "1e-6"]))
+
+
+@pytest.mark.slow  # loads the real decoder
+def test_a_real_model_runs_with_its_own_saes_and_pairs_between_its_sae_layers(
+    paper_scale, capsys, monkeypatch: pytest.MonkeyPatch, shared_data: Path
+) -> None:
+    monkeypatch.delenv(cache.CACHE_ENV)  # the converted decoder, where every test finds it
+    summary = paper_scale.main(["--model", "smollm2-135m", "--sae-layers", "14", "19",
+                                "--sentences", "40", "--min-prompts", "2", "--threads", "1",
+                                "--data", str(shared_data)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "smollm2-135m: 30 layers, d_model=576; SAEs on layers [14, 19], width 1536" in out
+    assert list(summary["stage_seconds"]) == [
+        "load model + SAEs", "collect", "label fit", "pair 14->19", "trace",
+    ]  # fmt: skip
+    assert summary["pairs_measured"] == [19] and "projected_total_seconds_all_pairs" not in summary
+    with pytest.raises(ValueError, match=r"--pairs are child layers among \[19\], got \[14\]"):
+        paper_scale.main(["--model", "smollm2-135m", "--sae-layers", "14", "19", "--pairs", "14",
+                          "--data", str(shared_data)])  # fmt: skip
