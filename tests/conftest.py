@@ -46,7 +46,12 @@ SHARED_DATA = (
 
 
 def _mirrored(folder: Path, what: str) -> Path:
-    """``folder`` if it exists, else skip the test, naming the folder that is missing."""
+    """``folder`` if it exists, else skip the test, naming the folder that is missing.
+
+    A skip, not a failure, by design: the real data sets cannot ship with the repository (their
+    licences, their size), so a checkout without the mirror still runs every other test; the
+    reason names the folder and the variable that fixes it, so the skip is never silent
+    (``pytest -rs`` lists it). Where the mirror exists, as on CI, these tests run."""
     if not folder.is_dir():
         pytest.skip(f"{what} is missing: no folder {folder} (set {TEST_MIRROR_ENV} to a mirror "
                     "holding it)")  # fmt: skip
