@@ -44,15 +44,13 @@ import pandas as pd
 import torch
 
 from circuitlasso.cache import cache_root
-from circuitlasso.evaluation.cost import (
+from circuitlasso.evaluation.cost.crossover import crossover_grid, projected_time_methods
+from circuitlasso.evaluation.cost.scaling import (
     crossover_fit,
-    crossover_grid,
     crossover_scaling,
-    machine_description,
-    projected_time_methods,
-    stored_row,
     vary_one_at_a_time,
 )
+from circuitlasso.evaluation.cost.store import machine_description, stored_row
 
 QUICK = [(2, 128, 16), (2, 128, 64), (2, 128, 256), (4, 128, 64)]
 

@@ -14,7 +14,7 @@ from huggingface_hub import constants as hf_constants
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, LayerPairFit
-from circuitlasso.data import minilm_saes
+from circuitlasso.data import minilm_saes, sae_training
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.graph import candidate_edges, graph_nodes
 from circuitlasso.data.interpbench import CompiledTask, to_hooked_transformer
@@ -44,13 +44,13 @@ def quick_minilm_builds(
         minilm_saes, "load_cola", lambda split: load_cola(split, mirror=shared_data).iloc[:200]
     )
     trained: list[int] = []
-    train = minilm_saes.train_layer_sae
+    train = sae_training.train_layer_sae
 
     def quick_train(acts, layer, cfg, hook_name):
         trained.append(layer)
         return train(acts, layer, replace(cfg, training_tokens=4096, rounds=1), hook_name)
 
-    monkeypatch.setattr(minilm_saes, "train_layer_sae", quick_train)
+    monkeypatch.setattr(sae_training, "train_layer_sae", quick_train)
     return trained
 
 

@@ -646,33 +646,33 @@ def test_multinomial_rows_move_to_their_median(seed, M, p, K, ratio, fit_interce
 def test_best_intercept_from_far_away() -> None:
     # Newton's method with steps capped at 1 stopped 50 short of an intercept 300 away: the
     # dual point then broke the intercept's equality constraint
-    import circuitlasso.solve.logistic as logistic_module
+    import circuitlasso.solve.logistic_losses as losses
 
     y = torch.tensor([0.0, 1.0] * 5)
     eta0 = torch.linspace(-300.0, -298.0, 10, dtype=torch.float64).unsqueeze(1)
-    binary = logistic_module._Binary(y)
-    b = logistic_module._best_intercept(binary, eta0, torch.zeros(1, dtype=torch.float64))
+    binary = losses.Binary(y)
+    b = losses.best_intercept(binary, eta0, torch.zeros(1, dtype=torch.float64))
     p = torch.sigmoid(eta0 + b)
     assert abs(float(p.mean()) - 0.5) <= 1e-14
-    multinomial = logistic_module._Multinomial(torch.tensor([0, 1, 2, 2, 1, 0, 0, 0]))
+    multinomial = losses.Multinomial(torch.tensor([0, 1, 2, 2, 1, 0, 0, 0]))
     eta0 = torch.zeros(8, 3, dtype=torch.float64)
     eta0[:, 0] = 400.0
-    b = logistic_module._best_intercept(multinomial, eta0, torch.zeros(3, dtype=torch.float64))
+    b = losses.best_intercept(multinomial, eta0, torch.zeros(3, dtype=torch.float64))
     P = torch.softmax(eta0 + b, 1)
     np.testing.assert_allclose(P.mean(0).numpy(), [0.5, 0.25, 0.25], atol=1e-14)
 
 
 def test_certificate_modifies_none_of_its_arguments() -> None:
-    import circuitlasso.solve.logistic as logistic_module
+    import circuitlasso.solve.logistic_losses as losses
 
     rng = np.random.default_rng(3)
     x = torch.tensor(rng.standard_normal((20, 3)))
-    loss = logistic_module._Multinomial(torch.tensor(rng.integers(0, 3, 20)))
+    loss = losses.Multinomial(torch.tensor(rng.integers(0, 3, 20)))
     a = torch.tensor(rng.standard_normal((3, 3)))
     args = [a, x @ a, torch.tensor([0.3, -0.1, 0.5], dtype=torch.float64)]
     weight = torch.full((3,), 0.01, dtype=torch.float64)
     copies = [t.clone() for t in (*args, weight, loss.labels)]
-    cert = logistic_module._certificate(
+    cert = losses.certificate(
         *args, loss, weight, lambda theta: x.t() @ theta / (20 * 0.01), True, x @ a * 0.9
     )
     for before, after in zip(copies, (*args, weight, loss.labels), strict=True):

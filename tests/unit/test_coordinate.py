@@ -11,11 +11,11 @@ from sklearn.linear_model import Lasso
 
 from circuitlasso.circuits.components import standardize
 from circuitlasso.collect import collect_nodes
-from circuitlasso.evaluation.cost import build_model, gpt2_family, random_prompt_pairs
+from circuitlasso.data.random_models import build_model, gpt2_family, random_prompt_pairs
 from circuitlasso.evaluation.solver_check import lasso_objective
 from circuitlasso.solve import block_lasso, lam_max
 from circuitlasso.solve.coordinate import coordinate_descent
-from circuitlasso.solve.fista import fista
+from circuitlasso.solve.fista import Subproblems, fista
 
 TOL = 1e-13
 """Absolute gap tolerance of the direct solves, relative to ||y||^2."""
@@ -30,7 +30,7 @@ def subproblems(x: np.ndarray, y: np.ndarray, lam: np.ndarray, omega: np.ndarray
     q = t((x.T @ y).T.copy())
     yty = t((y**2).sum(0))
     w = t(M * lam[:, None] * omega[None, :])
-    return Q, q, yty, w, torch.zeros_like(q), TOL * yty.clamp_min(1.0)
+    return Subproblems(Q, q, yty, w), torch.zeros_like(q), TOL * yty.clamp_min(1.0)
 
 
 def coordinate_coef(x: np.ndarray, y: np.ndarray, lam: np.ndarray, omega: np.ndarray) -> np.ndarray:
@@ -82,8 +82,8 @@ def test_collinear_and_duplicate_columns_reach_the_optimal_objective() -> None:
     assert np.all((gain + penalty) / scale <= 1e-9)
     assert not ours[-1].any()
     # of the many solutions, the one that splits weight evenly between copies of a column
-    Q, q, yty, w, b0, _ = subproblems(x, y, lam, np.ones(x.shape[1]))
-    even, _, converged = coordinate_descent(Q, q, yty, w, b0, 1e-9 * yty)
+    problems, b0, _ = subproblems(x, y, lam, np.ones(x.shape[1]))
+    even, _, converged = coordinate_descent(problems, b0, 1e-9 * problems.yty)
     even = even.numpy().T
     assert bool(converged.all()) and np.abs(even[:6]).sum() > 0
     np.testing.assert_allclose(even[:4], even[20:24], rtol=1e-4, atol=1e-9)
@@ -103,18 +103,21 @@ def test_each_problem_is_solved_on_its_own_and_fista_agrees() -> None:
     x = rng.standard_normal((20, 60))
     y = x[:, :8] @ rng.standard_normal((8, 6)) + 0.1 * rng.standard_normal((20, 6))
     lam = np.abs(x.T @ y / 20).max(0) * 0.05
-    Q, q, yty, w, b0, tol = subproblems(x, y, lam, np.ones(60))
-    b, _, _ = coordinate_descent(Q, q, yty, w, b0, tol)
-    alone, _, _ = coordinate_descent(Q[2:3], q[2:3], yty[2:3], w[2:3], b0[2:3], tol[2:3])
+    problems, b0, tol = subproblems(x, y, lam, np.ones(60))
+    b, _, _ = coordinate_descent(problems, b0, tol)
+    Q, q, yty, w = problems.Q, problems.q, problems.yty, problems.w
+    alone, _, _ = coordinate_descent(
+        Subproblems(Q[2:3], q[2:3], yty[2:3], w[2:3]), b0[2:3], tol[2:3]
+    )
     assert torch.equal(alone[0], b[2])
     f_cd = lasso_objective(x, y, b.numpy().T, 0.0) + lam * np.abs(b.numpy()).sum(1)
     for stop, loose in (("gap", 1e-9), ("objective", 1e-6)):
         stop_tol = torch.full_like(tol, 1e-9) if stop == "objective" else tol
-        b_f, _, ok = fista(Q, q, yty, w, b0, stop_tol, stop=stop, max_iter=100_000)
+        b_f, _, ok = fista(problems, b0, stop_tol, stop=stop, max_iter=100_000)
         f_f = lasso_objective(x, y, b_f.numpy().T, 0.0) + lam * np.abs(b_f.numpy()).sum(1)
         assert bool(ok.all())
         np.testing.assert_allclose(f_cd, f_f, rtol=loose)
-    b_o, _, ok = coordinate_descent(Q, q, yty, w, b0, torch.full_like(tol, 1e-12), stop="objective")
+    b_o, _, ok = coordinate_descent(problems, b0, torch.full_like(tol, 1e-12), stop="objective")
     f_o = lasso_objective(x, y, b_o.numpy().T, 0.0) + lam * np.abs(b_o.numpy()).sum(1)
     assert bool(ok.all())
     np.testing.assert_allclose(f_o, f_cd, rtol=1e-6)

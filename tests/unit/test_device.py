@@ -61,7 +61,7 @@ from circuitlasso.evaluation.attribution import attribution_scores
 from circuitlasso.evaluation.debias.probes import Probe, pooled_activations
 from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.eap import edge_attribution_patching
-from circuitlasso.solve import block_lasso, lam_max, lasso, lasso_path, logistic_lasso, workset
+from circuitlasso.solve import block_lasso, lam_max, lasso, lasso_path, lasso_sets, logistic_lasso
 from circuitlasso.solve.fista import fista
 
 LAYERS = (1, 3)  # the SAE layers: one layer pair, the label read from the last
@@ -469,7 +469,7 @@ def reference(name: str, cpu_setup: Setup, references: dict[str, dict[str, Any]]
     inner solver, coordinate descent, reaches the same certified objectives by other iterates:
     `tests/unit/test_coordinate.py`); a stand-in device run does the same wherever it solves."""
     if name not in references:
-        with mock.patch.object(workset, "inner_solver", lambda device: fista):
+        with mock.patch.object(lasso_sets, "inner_solver", lambda device: fista):
             references[name] = PATHS[name].run(cpu_setup)
     return references[name]
 
@@ -520,7 +520,7 @@ def test_path_on_simulated_cuda_matches_cpu(
         monkeypatch.setattr(
             feature_circuits, solver, recording(getattr(feature_circuits, solver), calls[solver])
         )
-    monkeypatch.setattr(workset, "inner_solver", lambda device: fista)  # as the reference's
+    monkeypatch.setattr(lasso_sets, "inner_solver", lambda device: fista)  # as the reference's
     with simulated(cpu_setup) as setup:
         got = PATHS[name].run(setup)
     fits = PATHS[name].tolerance == FIT_TOLERANCE

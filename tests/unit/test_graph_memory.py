@@ -13,7 +13,7 @@ import torch
 
 from circuitlasso.collect import collect_nodes
 from circuitlasso.data.graph import pass_bytes_per_prompt, prompts_per_batch
-from circuitlasso.evaluation.cost import build_model, gpt2_family, random_prompt_pairs
+from circuitlasso.data.random_models import build_model, gpt2_family, random_prompt_pairs
 from circuitlasso.evaluation.eap import edge_attribution_patching
 from circuitlasso.memory import GIB, MemoryBudgetError
 
@@ -23,7 +23,7 @@ PEAK_SCRIPT = """
 import json, resource, sys, torch
 from circuitlasso.collect import collect_nodes
 from circuitlasso.data.graph import pass_bytes_per_prompt
-from circuitlasso.evaluation.cost import build_model, gpt2_family, random_prompt_pairs
+from circuitlasso.data.random_models import build_model, gpt2_family, random_prompt_pairs
 from circuitlasso.evaluation.eap import edge_attribution_patching
 torch.set_num_threads(1)
 model = build_model(gpt2_family(2, 256), n_ctx=64, seed=0)

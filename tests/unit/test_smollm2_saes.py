@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from circuitlasso.data import smollm2_saes
+from circuitlasso.data import sae_training, smollm2_saes
 from circuitlasso.data.artifacts import MANIFEST_FILE, manifest_mismatches
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.models import DECODER_NAME, check_sae_fits, load_saes
@@ -129,14 +129,14 @@ def test_a_quick_build_is_seeded_and_ships_in_float16(
     same weights; the shipped copy holds them rounded to float16, its quality measured again."""
     cola = {split: load_cola(split, mirror=shared_data).iloc[:200] for split in ("train", "dev")}
     monkeypatch.setattr(smollm2_saes, "load_cola", lambda split: cola[split])
-    train = smollm2_saes.train_layer_sae
+    train = sae_training.train_layer_sae
     trained: list[int] = []
 
     def quick_train(acts, layer, cfg, hook_name):
         trained.append(layer)
         return train(acts, layer, replace(cfg, training_tokens=4096, rounds=1), hook_name)
 
-    monkeypatch.setattr(smollm2_saes, "train_layer_sae", quick_train)
+    monkeypatch.setattr(sae_training, "train_layer_sae", quick_train)
     first = build_smollm2_saes(tmp_path / "a", model=model, layers=[4], progress=False)
     again = build_smollm2_saes(tmp_path / "b", model=model, layers=[4], progress=False)
     assert trained == [4, 4]

@@ -11,7 +11,7 @@ import sklearn.exceptions
 import torch
 from sklearn.linear_model import Lasso, LogisticRegression
 
-import circuitlasso.solve.logistic as logistic_module
+import circuitlasso.solve.logistic_design as logistic_design
 import circuitlasso.solve.prepare as prepare_module
 from circuitlasso.solve import (
     ConvergenceWarning,
@@ -305,7 +305,7 @@ def test_logistic_working_sets_match_sklearn_and_certify_the_full_problem(monkey
         assert ref_obj - 1e-12 <= value <= ref_obj + r.gap.item() + 1e-12
 
     # restricted designs kept sparse, and the float32 default, give the same solution
-    monkeypatch.setattr(logistic_module, "DENSE_MAX_ENTRIES", 0)
+    monkeypatch.setattr(logistic_design, "DENSE_MAX_ENTRIES", 0)
     kept_sparse = logistic_lasso(X, y, lam, tol=1e-10, dtype=F64)
     np.testing.assert_allclose(kept_sparse.coef.numpy(), coef, atol=1e-8)
     single = logistic_lasso(X, y, lam)
@@ -412,7 +412,7 @@ def test_multinomial_working_sets_certify_the_full_problem(monkeypatch):
         assert ref_obj - 1e-6 * ref_obj <= value <= ref_obj + r.gap.item() + 1e-6 * ref_obj
 
     # restricted designs kept sparse give the same solution; at lam_max every coefficient is 0
-    monkeypatch.setattr(logistic_module, "DENSE_MAX_ENTRIES", 0)
+    monkeypatch.setattr(logistic_design, "DENSE_MAX_ENTRIES", 0)
     kept_sparse = multinomial_lasso(X, y, lam, tol=1e-8, dtype=F64)
     np.testing.assert_allclose(kept_sparse.coef.numpy(), coef, atol=1e-6)
     assert not multinomial_lasso(X, y, 1.0001 * top, dtype=F64).coef.any()
@@ -468,16 +468,20 @@ def test_bad_input_raises_clear_error(call, message):
 
 
 def test_working_set_sizes():
-    """A first set takes an eighth of the violators at b = 0 (between ws_start and 64); later
-    sets grow to 5/4 of the support or support plus violators, at most doubling, never
-    shrinking, never past the largest the memory budget allows."""
-    from circuitlasso.solve.workset import _next_size
+    """The Lasso's policy: a first set takes an eighth of the violators at b = 0 (between 16
+    and 64); later sets grow to 5/4 of the support or support plus violators, at most doubling,
+    never shrinking, never past the largest the memory budget allows. The logistic policy's
+    sets start at 16 and double, unrounded."""
+    from circuitlasso.solve.workset import LASSO_POLICY, LOGISTIC_POLICY, next_size
 
     none = torch.zeros(4, dtype=torch.int64)
-    first = _next_size(none, torch.tensor([0, 100, 300, 5000]), none, 16, 4096)
+    first = next_size(LASSO_POLICY, none, torch.tensor([0, 100, 300, 5000]), none, 4096)
     assert first.tolist() == [16, 16, 64, 64]
-    later = _next_size(
-        torch.tensor([10, 30, 30]), torch.tensor([0, 500, 2]), torch.tensor([16, 32, 64]), 16, 4096
-    )
+    support, violators = torch.tensor([10, 30, 30]), torch.tensor([0, 500, 2])
+    later = next_size(LASSO_POLICY, support, violators, torch.tensor([16, 32, 64]), 4096)
     assert later.tolist() == [16, 64, 64]
-    assert _next_size(none[:1], torch.tensor([5000]), none[:1], 16, 32).tolist() == [32]
+    assert next_size(LASSO_POLICY, none[:1], torch.tensor([5000]), none[:1], 32).tolist() == [32]
+    first = next_size(LOGISTIC_POLICY, none, torch.tensor([0, 100, 300, 5000]), none, 4096)
+    assert first.tolist() == [16, 16, 16, 16]
+    later = next_size(LOGISTIC_POLICY, support, violators, torch.tensor([16, 32, 40]), 50)
+    assert later.tolist() == [20, 50, 50]

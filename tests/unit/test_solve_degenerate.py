@@ -5,6 +5,7 @@ certificate the solver did not check."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import scipy.sparse as sp
 import torch
 from sklearn.linear_model import Lasso
 
-from circuitlasso.solve import ConvergenceWarning, block_lasso, lasso, lasso_path, workset
+from circuitlasso.solve import ConvergenceWarning, block_lasso, lasso, lasso_path, lasso_sets
 
 
 def objective(X: np.ndarray, y: np.ndarray, coef: np.ndarray, intercept: float, lam: float):
@@ -102,7 +103,7 @@ def test_the_objective_rule_does_not_claim_outputs_cut_by_max_iter() -> None:
 def test_the_last_round_returns_the_certificate_of_its_coefficients(monkeypatch) -> None:
     """With the rounds exhausted, the gap returned is that of the coefficients returned (it was
     the gap from before the last round's solve)."""
-    monkeypatch.setattr(workset, "MAX_ROUNDS", 1)
+    monkeypatch.setattr(lasso_sets, "LASSO_POLICY", replace(lasso_sets.LASSO_POLICY, max_rounds=1))
     rng = np.random.default_rng(4)
     X = rng.standard_normal((40, 8))
     y = X @ rng.standard_normal(8)

@@ -27,28 +27,21 @@ from typing import Any
 
 import torch
 from sae_lens import SAE
-from tqdm.auto import tqdm
 from transformer_lens import HookedEncoder
 
 from circuitlasso.cache import cache_key, cache_root
-from circuitlasso.data.artifacts import (
-    MANIFEST_FILE,
-    REPORT_FILE,
-    staged_folder,
-    write_json,
-    write_manifest,
-)
+from circuitlasso.data.artifacts import MANIFEST_FILE
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm
 from circuitlasso.data.sae_training import (
     SAEConfig,
     Scorer,
+    build_saes,
     load_layer_saes,
     real_token_activations,
     sae_quality,
     saes_report,
     ship_saes,
-    train_layer_sae,
 )
 
 BUILD_COMMAND = "circuitlasso real build"
@@ -93,18 +86,19 @@ def build_minilm_saes(
     train = token_activations(model, list(load_cola("train").sentence))
     dev = token_activations(model, list(load_cola("dev").sentence))
     chosen = list(range(N_LAYERS)) if layers is None else list(layers)
-    with staged_folder(root) as stage:
-        quality = {}
-        for layer in tqdm(chosen, desc="SAEs", unit="layer", disable=not progress):
-            sae = train_layer_sae(train[layer], layer, cfg, LAYER_HOOK.format(layer=layer))
-            sae.save_model(sae_dir(stage, layer))
-            quality[layer] = sae_quality(sae, dev[layer])
-        tokens = {"train_tokens": len(train[0]), "dev_tokens": len(dev[0])}
-        write_json(stage / REPORT_FILE, {"config": cfg.key_parts(), **tokens, "layers": quality})
-        write_manifest(
-            stage, {"seed": cfg.seed, "command": BUILD_COMMAND, "config": cfg.key_parts()}
-        )
-    return root
+    return build_saes(
+        root,
+        train,
+        chosen,
+        cfg,
+        hook=LAYER_HOOK,
+        sae_dir=sae_dir,
+        score=lambda layer, sae: sae_quality(sae, dev[layer]),
+        report={"train_tokens": len(train[0]), "dev_tokens": len(dev[0])},
+        command=BUILD_COMMAND,
+        config=cfg.key_parts(),
+        progress=progress,
+    )
 
 
 def ship_minilm_saes(

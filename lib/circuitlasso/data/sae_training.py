@@ -2,9 +2,10 @@
 (:class:`SAEConfig`), the activations they are trained on (a model's hooks read at the real tokens
 of sentences, :func:`real_token_activations`), one SAE trained with sae-lens's ``SAETrainer`` on
 shuffled passes over them in rounds, dead latents re-initialized between rounds (the resampling
-of Bricken et al., 2023; :func:`train_layer_sae`), its quality (:func:`sae_quality`), a build's
-report (:func:`saes_report`, :func:`combined_report`), its float16 copy with the quality measured
-again (:func:`ship_saes`) and the SAEs read back (:func:`load_layer_saes`).
+of Bricken et al., 2023; :func:`train_layer_sae`), its quality (:func:`sae_quality`), a build of
+one SAE per layer written with its report and manifest (:func:`build_saes`), a build's report
+(:func:`saes_report`, :func:`combined_report`), its float16 copy with the quality measured again
+(:func:`ship_saes`) and the SAEs read back (:func:`load_layer_saes`).
 
 The model-specific modules (:mod:`circuitlasso.data.minilm_saes`,
 :mod:`circuitlasso.data.smollm2_saes`) choose the hooks, layers, sentences and defaults; the
@@ -24,6 +25,7 @@ import torch
 from sae_lens import SAE, LoggingConfig, SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig
 from sae_lens.config import SAETrainerConfig
 from sae_lens.saes.sae import TrainingSAE
+from tqdm.auto import tqdm
 
 from circuitlasso.data.artifacts import (
     MANIFEST_FILE,
@@ -187,6 +189,36 @@ def sae_quality(sae: SAE, acts: torch.Tensor) -> dict[str, float]:
 
 Scorer = Callable[[int, SAE], dict[str, float]]
 """The quality of a layer's SAE on held-out activations (e.g. :func:`sae_quality` on them)."""
+
+
+def build_saes(
+    root: Path,
+    train: Mapping[int, torch.Tensor],
+    layers: Sequence[int],
+    cfg: SAEConfig,
+    *,
+    hook: str,
+    sae_dir: Callable[[Path, int], Path],
+    score: Scorer,
+    report: Mapping[str, Any],
+    command: str,
+    config: Mapping[str, Any],
+    progress: bool = True,
+) -> Path:
+    """Train one SAE of ``cfg`` per layer of ``layers`` on ``train[layer]: (T, d)``, read at the
+    hook ``hook.format(layer=layer)``, and write the build at ``root``, atomically: each SAE in
+    ``sae_dir(root, layer)``, ``report.json`` (``config``, then ``report``, then each layer's
+    ``score(layer, sae)``) and a manifest (``cfg``'s seed, ``command``, ``config``). Returns
+    ``root``."""
+    with staged_folder(root) as stage:
+        quality = {}
+        for layer in tqdm(layers, desc="SAEs", unit="layer", disable=not progress):
+            sae = train_layer_sae(train[layer], layer, cfg, hook.format(layer=layer))
+            sae.save_model(sae_dir(stage, layer))
+            quality[layer] = score(layer, sae)
+        write_json(stage / REPORT_FILE, {"config": config, **report, "layers": quality})
+        write_manifest(stage, {"seed": cfg.seed, "command": command, "config": config})
+    return root
 
 
 def ship_saes(

@@ -50,27 +50,20 @@ from typing import Any
 
 import torch
 from sae_lens import SAE
-from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import cache_key, cache_root
-from circuitlasso.data.artifacts import (
-    MANIFEST_FILE,
-    REPORT_FILE,
-    staged_folder,
-    write_json,
-    write_manifest,
-)
+from circuitlasso.data.artifacts import MANIFEST_FILE
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.sae_training import (
     SAEConfig,
     Scorer,
+    build_saes,
     load_layer_saes,
     real_token_activations,
     sae_quality,
     saes_report,
     ship_saes,
-    train_layer_sae,
 )
 from circuitlasso.data.smollm2 import GGUF_SHA256, N_LAYERS, load_smollm2
 from circuitlasso.forward import length_order, prompt_batches, special_token_ids
@@ -185,27 +178,29 @@ def build_smollm2_saes(
     model = model if model is not None else load_smollm2()
     train, train_first = token_activations(model, list(load_cola("train").sentence), chosen)
     dev, dev_first = token_activations(model, list(load_cola("dev").sentence), chosen)
-    with staged_folder(root) as stage:
-        quality = {}
-        for layer in tqdm(chosen, desc="SAEs", unit="layer", disable=not progress):
-            sae = train_layer_sae(train[layer], layer, cfg, LAYER_HOOK.format(layer=layer))
-            sae.save_model(sae_dir(stage, layer))
-            quality[layer] = layer_quality(sae, dev[layer], dev_first)
-        report = {
-            "config": asdict(cfg),
-            "model": model.cfg.model_name,
-            "hook": LAYER_HOOK,
-            "prepend_bos": bool(model.cfg.default_prepend_bos),
-            "excluded_token_ids": special_token_ids(model),
-            "train_sentences": int(train_first.sum()),
-            "train_tokens": len(train_first),
-            "dev_sentences": int(dev_first.sum()),
-            "dev_tokens": len(dev_first),
-            "layers": quality,
-        }
-        write_json(stage / REPORT_FILE, report)
-        write_manifest(stage, {"seed": cfg.seed, "command": BUILD_COMMAND, "config": asdict(cfg)})
-    return root
+    report = {
+        "model": model.cfg.model_name,
+        "hook": LAYER_HOOK,
+        "prepend_bos": bool(model.cfg.default_prepend_bos),
+        "excluded_token_ids": special_token_ids(model),
+        "train_sentences": int(train_first.sum()),
+        "train_tokens": len(train_first),
+        "dev_sentences": int(dev_first.sum()),
+        "dev_tokens": len(dev_first),
+    }
+    return build_saes(
+        root,
+        train,
+        chosen,
+        cfg,
+        hook=LAYER_HOOK,
+        sae_dir=sae_dir,
+        score=lambda layer, sae: layer_quality(sae, dev[layer], dev_first),
+        report=report,
+        command=BUILD_COMMAND,
+        config=asdict(cfg),
+        progress=progress,
+    )
 
 
 def ship_smollm2_saes(

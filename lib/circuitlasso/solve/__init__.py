@@ -40,9 +40,12 @@ ratios >= 1 give all-zero coefficients. In the paper's units, lambda = 2 M lam_r
 Eqs. (2)-(4) and M lam_ratio lam_max for App. B.1 and Eq. (5). An absolute lam is one value for
 every output (outputs whose lam_max is below it get zero coefficients), converted as above.
 
-Memory. `lasso`, `lasso_path` and `block_lasso` stay within `memory_gib` (default 8 GiB): they
-batch outputs by the bytes a batch allocates and raise `MemoryBudgetError` before any work when
-a problem cannot fit (`circuitlasso.solve.memory`).
+Memory. `lasso`, `lasso_path`, `block_lasso` and `lam_max` stay within `memory_gib` (default 8
+GiB): they batch outputs by the bytes a batch allocates and raise `MemoryBudgetError` before any
+work when a problem cannot fit (`circuitlasso.solve.memory`).
+
+Options. Every solver takes its options as keywords (`tol`, `max_iter`, `dtype`, ...): which
+ones each accepts and their defaults are stated once, in `circuitlasso.solve.options`.
 
 Entry points: `lasso` (multi-output; Eq. 4 layer pairs), `block_lasso` (Eq. 3 with any allowed
 block pattern), `lasso_path` (warm-started grid), `logistic_lasso` (Eq. 5 with a binary target),

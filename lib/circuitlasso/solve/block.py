@@ -15,17 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
 from circuitlasso.memory import budget_bytes
 from circuitlasso.solve._inputs import Matrix, as_matrix, per_output
 from circuitlasso.solve._sparse import csr_rows, csr_transpose
-from circuitlasso.solve.fista import StopRule
-from circuitlasso.solve.lasso import LassoResult, _check_options, to_result
-from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, gram_share
-from circuitlasso.solve.prepare import GRAM_MAX_ENTRIES, Prepared, check_lam, column_stats
+from circuitlasso.solve.lasso import LassoResult, OutputCertificates, to_result
+from circuitlasso.solve.lasso_sets import solve_working_sets
+from circuitlasso.solve.memory import gram_share
+from circuitlasso.solve.options import LASSO, LassoOptions, settle
+from circuitlasso.solve.prepare import Prepared, check_lam, column_stats, has_gram
 from circuitlasso.solve.problems import (
     DenseProblem,
     GramProblem,
@@ -33,7 +36,6 @@ from circuitlasso.solve.problems import (
     SparseProblem,
     scaled_sparse,
 )
-from circuitlasso.solve.workset import solve_working_sets
 
 
 def upper_triangular_parents(
@@ -62,24 +64,18 @@ def upper_triangular_parents(
     ]
 
 
-@dataclass(frozen=True)
-class BlockLassoResult:
+@dataclass(frozen=True, kw_only=True)
+class BlockLassoResult(OutputCertificates):
     """Coefficients per allowed (parent block, child block) pair, and per-column certificates.
 
     coef[(i, j)]: (block_sizes[i], block_sizes[j]), dense or sparse COO like `LassoResult.coef`.
-    intercept, gap, objective, lam: (N,) float64 and n_iter (N,), converged (N,), indexed by the
-    target column; columns of a block without parents have gap 0 and the all-zero objective.
+    The certificates (`OutputCertificates`) are (N,), indexed by the target column; columns of
+    a block without parents have gap 0 and the all-zero objective.
     """
 
     block_sizes: tuple[int, ...]
     parents: tuple[tuple[int, ...], ...]
     coef: dict[tuple[int, int], Tensor]
-    intercept: Tensor
-    gap: Tensor
-    objective: Tensor
-    n_iter: Tensor
-    converged: Tensor
-    lam: Tensor
 
     @property
     def offsets(self) -> list[int]:
@@ -153,7 +149,8 @@ class _SharedDesign:
             self.mu = self.mean * inverse
         else:
             self.xc = (x.double() - self.mean) * inverse
-            self.gram = self.xc.t() @ self.xc if self.N**2 <= GRAM_MAX_ENTRIES else None
+            gram_bytes = gram_share(memory)
+            self.gram = self.xc.t() @ self.xc if has_gram(self.N, self.N, gram_bytes) else None
 
     def problem(self, predictors: Tensor, targets: Tensor) -> LassoProblem:
         """Problem regressing columns `targets` on the (nonzero-norm) columns `predictors`."""
@@ -178,40 +175,34 @@ def block_lasso(
     block_sizes: Sequence[int],
     parents: Sequence[Sequence[int]],
     lam: float | Matrix,
-    *,
-    fit_intercept: bool = False,
-    normalize: bool = True,
-    tol: float = 1e-6,
-    stop: StopRule = "gap",
-    max_iter: int = 20_000,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
-    memory_gib: float = DEFAULT_MEMORY_GIB,
-    progress: bool = False,
+    **options: Unpack[LassoOptions],
 ) -> BlockLassoResult:
     """Lasso of every column of X (M, N) on the columns of its block's allowed parent blocks.
 
     block_sizes: ints summing to N; parents[j]: allowed parent blocks of child block j (see
-    `upper_triangular_parents`); lam: scalar or (N,) per target column. Other arguments and the
-    objective as in `lasso`.
+    `upper_triangular_parents`); lam: scalar or (N,) per target column. The options (the
+    keywords of `LassoOptions`) and the objective as in `lasso`.
     """
-    _check_options(tol, stop, max_iter)
-    device = torch.device(device or "cpu")
-    x, _ = as_matrix(X, "X", dtype, device)
+    settings = settle(LASSO, LassoOptions, options).checked()
+    fit_intercept = settings.fit_intercept
+    device = torch.device(settings.device or "cpu")
+    x, _ = as_matrix(X, "X", settings.dtype, device)
     sizes, allowed = _check_blocks(x.shape[1], block_sizes, parents)
     lam_all = per_output(lam, x.shape[1], "lam").to(device)
-    memory = budget_bytes(memory_gib)
+    memory = budget_bytes(settings.memory_gib)
     shared = _SharedDesign(x, fit_intercept, memory)
     offsets = [0]
     for s in sizes:
         offsets.append(offsets[-1] + s)
     N = x.shape[1]
     zeros = torch.zeros(N, dtype=torch.float64, device=device)
-    intercept = shared.mean.clone() if fit_intercept else zeros.clone()
-    gap = zeros.clone()
-    objective = shared.norms**2 / (2 * shared.M)
-    n_iter = torch.zeros(N, dtype=torch.int64, device=device)
-    converged = torch.ones(N, dtype=torch.bool, device=device)
+    certificates: dict[str, Any] = {  # per target column, as `OutputCertificates`
+        "intercept": shared.mean.clone() if fit_intercept else zeros.clone(),
+        "gap": zeros.clone(),
+        "objective": shared.norms**2 / (2 * shared.M),
+        "n_iter": torch.zeros(N, dtype=torch.int64, device=device),
+        "converged": torch.ones(N, dtype=torch.bool, device=device),
+    }
     coef: dict[tuple[int, int], Tensor] = {}
     for j, parent_blocks in enumerate(allowed):
         if not parent_blocks:
@@ -232,26 +223,16 @@ def block_lasso(
             was_1d=False,
         )
         lam_j = check_lam(lam_all[targets], prepared)
-        omega = prepared.omega(normalize)
-        solution = solve_working_sets(
-            prepared.problem,
-            lam_j,
-            omega,
-            tol=tol,
-            stop=stop,
-            max_iter=max_iter,
-            memory=memory,
-            progress=progress,
-        )
-        result: LassoResult = to_result(prepared, solution, lam_j, max_iter)
+        omega = prepared.omega(settings.normalize)
+        solution = solve_working_sets(prepared.problem, lam_j, omega, settings, memory)
+        result: LassoResult = to_result(prepared, solution, lam_j, settings.max_iter)
         start = 0
         for i in parent_blocks:
             rows = torch.arange(start, start + sizes[i], device=device)
             coef[(i, j)] = result.coef.index_select(0, rows)
             start += sizes[i]
-        intercept[targets] = result.intercept
-        gap[targets], objective[targets] = result.gap, result.objective
-        n_iter[targets], converged[targets] = result.n_iter, result.converged
+        for name, values in certificates.items():
+            values[targets] = getattr(result, name)
     return BlockLassoResult(
-        sizes, allowed, coef, intercept, gap, objective, n_iter, converged, lam_all
+        block_sizes=sizes, parents=allowed, coef=coef, lam=lam_all, **certificates
     )

@@ -25,8 +25,10 @@ import numba
 import numpy as np
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
-from circuitlasso.solve.fista import StopRule
+from circuitlasso.solve.fista import RIDGE_EXPONENT, TINY, Subproblems
+from circuitlasso.solve.options import INNER, InnerOptions, settle
 
 ANDERSON = 5
 """Epochs whose iterates one Anderson extrapolation combines."""
@@ -37,39 +39,31 @@ EQUICORRELATION = 1e-3
 
 
 def coordinate_descent(
-    Q: Tensor,
-    q: Tensor,
-    yty: Tensor,
-    w: Tensor,
-    b0: Tensor,
-    tol: Tensor,
-    *,
-    stop: StopRule = "gap",
-    max_iter: int = 10_000,
-    check_every: int = 10,
+    problems: Subproblems, b0: Tensor, tol: Tensor, **options: Unpack[InnerOptions]
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Minimize F above for B problems on the CPU.
 
-    Q: (B, K, K) symmetric PSD, q: (B, K), yty: (B,) ||y_c||^2 / M, w: (B, K) penalty weights,
     b0: (B, K) warm start, tol: (B,) absolute gap tolerance (stop="gap", checked every
     `check_every` epochs) or relative objective decrease over one epoch (stop="objective");
-    max_iter: epochs. Returns b (B, K) in the dtype of b0, epochs (B,) and converged (B,).
+    max_iter: epochs (options as `fista`'s). Returns b (B, K) in the dtype of b0, epochs (B,)
+    and converged (B,).
     """
+    settings = settle(INNER, InnerOptions, options)
     b = b0.detach().to("cpu", torch.float64).contiguous().clone()
     B = b.shape[0]
     epochs = np.zeros(B, dtype=np.int64)
     converged = np.zeros(B, dtype=np.bool_)
     if B and b.shape[1]:
         _solve_batch(
-            _array(Q),
-            _array(q),
-            _array(yty),
-            _array(w),
+            _array(problems.Q),
+            _array(problems.q),
+            _array(problems.yty),
+            _array(problems.w),
             b.numpy(),
             _array(tol),
-            stop == "gap",
-            max_iter,
-            check_every,
+            settings.stop == "gap",
+            settings.max_iter,
+            settings.check_every,
             epochs,
             converged,
         )
@@ -135,10 +129,9 @@ def _solve(Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every):  # type: ig
 def _spread(Q, q, yty, w, b, tol):  # type: ignore[no-untyped-def]
     """b moved, where the gap stays within tol, to the least-norm solution on its equicorrelation
     set: the exact minimizer for the signs of b on its support and the residual's signs on the
-    features at the penalty's bound, with a ridge of machine epsilon ** 0.6 x the mean diagonal
-    (as `fista.polish`). Among the many solutions of a rank-deficient problem it treats
-    duplicate and collinear features alike, where cyclic descent gives the first in order the
-    most weight."""
+    features at the penalty's bound, with the ridge of `fista.polish` (RIDGE_EXPONENT). Among
+    the many solutions of a rank-deficient problem it treats duplicate and collinear features
+    alike, where cyclic descent gives the first in order the most weight."""
     K = b.shape[0]
     Qb = np.empty(K)
     _product(Q, b, Qb)
@@ -153,7 +146,7 @@ def _spread(Q, q, yty, w, b, tol):  # type: ignore[no-untyped-def]
     S = where.size
     if S == 0:
         return
-    ridge = np.finfo(np.float64).eps ** 0.6 * np.trace(Q) / K
+    ridge = np.finfo(np.float64).eps ** RIDGE_EXPONENT * np.trace(Q) / K
     system = np.empty((S, S))
     rhs = np.empty(S)
     for i in range(S):
@@ -226,7 +219,7 @@ def _extrapolate(history, out):  # type: ignore[no-untyped-def]
         for k in range(K):
             U[j, k] = history[j + 1, k] - history[j, k]
     C = U @ U.T
-    ridge = ANDERSON_RIDGE * (np.trace(C) + 1e-300)
+    ridge = ANDERSON_RIDGE * (np.trace(C) + TINY)
     for j in range(n):
         C[j, j] += ridge
     try:

@@ -16,12 +16,38 @@ as it converges without copying the Gram blocks at every finish.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
 
 import torch
 from torch import Tensor
+from typing_extensions import Unpack
 
-StopRule = Literal["gap", "objective"]
+from circuitlasso.solve.options import INNER, InnerOptions, settle
+
+LIPSCHITZ_MARGIN = 1.05
+"""The power iteration's estimate of L (from below) is raised by 5 %, so that backtracking
+rarely has to double it."""
+BACKTRACK_SLACK = 1e-6
+"""Relative slack of the sufficient-decrease test: rounding in the products must not count as a
+step too long."""
+POLISH_GAIN = 0.5
+"""A polished point replaces a running iterate only where it at least halves the gap (one that
+finishes must merely not raise it)."""
+RIDGE_EXPONENT = 0.6
+"""Ridge of the support systems: machine epsilon ** RIDGE_EXPONENT x the mean diagonal, large
+enough to keep duplicate columns solvable, small enough (about 4e-10 in float64) to leave
+well-posed supports' solutions within the gap tolerances."""
+TINY = 1e-300
+"""Denominator floor against division by zero, below any value that carries meaning."""
+
+
+@dataclass(frozen=True)
+class Subproblems:
+    """B problems F(b) above: Q (B, K, K) symmetric PSD, q (B, K), yty (B,), w (B, K) >= 0."""
+
+    Q: Tensor
+    q: Tensor
+    yty: Tensor
+    w: Tensor
 
 
 def duality_gap(rr: Tensor, yr: Tensor, l1: Tensor, s_max: Tensor) -> tuple[Tensor, Tensor]:
@@ -34,7 +60,7 @@ def duality_gap(rr: Tensor, yr: Tensor, l1: Tensor, s_max: Tensor) -> tuple[Tens
     each (B,) float64.
     """
     primal = rr / 2 + l1
-    s = torch.where(rr > 0, yr / rr.clamp_min(1e-300), s_max)
+    s = torch.where(rr > 0, yr / rr.clamp_min(TINY), s_max)
     s = torch.maximum(torch.minimum(s, s_max), -s_max)
     dual = s * yr - s * s * rr / 2
     return (primal - dual).clamp_min(0.0), primal
@@ -58,28 +84,19 @@ def lipschitz(Q: Tensor, n_iter: int = 8) -> Tensor:
     estimate = torch.zeros(Q.shape[0], dtype=Q.dtype, device=Q.device)
     for _ in range(n_iter):
         y = bmv(Q, x)
-        estimate = (x * y).sum(1) / (x * x).sum(1).clamp_min(1e-300)
-        x = y / y.norm(dim=1, keepdim=True).clamp_min(1e-300)
+        estimate = (x * y).sum(1) / (x * x).sum(1).clamp_min(TINY)
+        x = y / y.norm(dim=1, keepdim=True).clamp_min(TINY)
     return estimate
 
 
 def fista(
-    Q: Tensor,
-    q: Tensor,
-    yty: Tensor,
-    w: Tensor,
-    b0: Tensor,
-    tol: Tensor,
-    *,
-    stop: StopRule = "gap",
-    max_iter: int = 10_000,
-    check_every: int = 10,
+    problems: Subproblems, b0: Tensor, tol: Tensor, **options: Unpack[InnerOptions]
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Minimize F above for B problems at once.
 
-    Q: (B, K, K), q: (B, K), yty: (B,) ||y_c||^2 / M, w: (B, K) penalty weights, b0: (B, K)
-    warm start, tol: (B,) absolute gap tolerance (stop="gap") or relative objective decrease
-    (stop="objective"). Every `check_every` iterations, problems whose support and signs did not
+    b0: (B, K) warm start, tol: (B,) absolute gap tolerance (stop="gap") or relative objective
+    decrease (stop="objective"); options: stop, max_iter, check_every (defaults
+    `options.INNER`). Every `check_every` iterations, problems whose support and signs did not
     change since the last check also try the exact solution for that support and signs
     (`polish`); it is kept where it at least halves the gap. A problem that meets its tolerance
     tries it once more and keeps it where the gap is not larger, so that a solution does not
@@ -88,8 +105,11 @@ def fista(
     kernels are small, so it costs little).
     Returns b (B, K) in the dtype of b0, iterations (B,) and converged (B,).
     """
+    settings = settle(INNER, InnerOptions, options)
+    stop, max_iter, check_every = settings.stop, settings.max_iter, settings.check_every
     out_dtype = b0.dtype
-    Q, q, w, b0 = Q.double(), q.double(), w.double(), b0.double()
+    Q, q, w, b0 = problems.Q.double(), problems.q.double(), problems.w.double(), b0.double()
+    yty = problems.yty
     B = Q.shape[0]
     out_b = b0.clone()
     out_iter = torch.zeros(B, dtype=torch.int64, device=Q.device)
@@ -160,23 +180,15 @@ class _Batch:
         """All B problems at b (B, K), with no momentum and L from `lipschitz`."""
         B = Q.shape[0]
         Qb = bmv(Q, b)
+        rows = torch.arange(B, device=Q.device)
+        t = torch.ones(B, dtype=Q.dtype, device=Q.device)
+        L = (lipschitz(Q) * LIPSCHITZ_MARGIN).clamp_min(torch.finfo(Q.dtype).tiny)
+        previous = _objective(b, Qb, q, yty, w)
+        signs, unpolished = torch.sign(b), torch.full_like(b, 2.0)
+        finished = torch.zeros(B, dtype=torch.bool, device=Q.device)
+        # the fields in order; the extrapolated point (v, Qv) starts at (b, Qb)
         return cls(
-            rows=torch.arange(B, device=Q.device),
-            Q=Q,
-            q=q,
-            yty=yty,
-            w=w,
-            tol=tol,
-            b=b,
-            Qb=Qb,
-            v=b,
-            Qv=Qb,
-            t=torch.ones(B, dtype=Q.dtype, device=Q.device),
-            L=(lipschitz(Q) * 1.05).clamp_min(torch.finfo(Q.dtype).tiny),
-            previous=_objective(b, Qb, q, yty, w),
-            last_signs=torch.sign(b),
-            polished_signs=torch.full_like(b, 2.0),
-            finished=torch.zeros(B, dtype=torch.bool, device=Q.device),
+            rows, Q, q, yty, w, tol, b, Qb, b, Qb, t, L, previous, signs, unpolished, finished
         )
 
     def keep(self, mask: Tensor) -> None:
@@ -200,7 +212,7 @@ class _Batch:
         z = _soft_threshold(v - (Qv - q) / L.unsqueeze(1), w / L.unsqueeze(1))
         Qz = bmv(Q, z)
         dz = z - v
-        too_long = (dz * (Qz - Qv)).sum(1) > L * (dz * dz).sum(1) * (1 + 1e-6)
+        too_long = (dz * (Qz - Qv)).sum(1) > L * (dz * dz).sum(1) * (1 + BACKTRACK_SLACK)
         if bool(too_long.any()):
             L = torch.where(too_long, 2 * L, L)
             stay = too_long.unsqueeze(1)
@@ -232,7 +244,7 @@ class _Batch:
             b_p = polish(Q, q, w, signs[idx])
             Qb_p = bmv(Q, b_p)
             gap_p = restricted_gap(b_p, Qb_p, q, self.yty[idx], w)
-            better = torch.where(finishing[idx], gap_p <= gap[idx], gap_p < 0.5 * gap[idx])
+            better = torch.where(finishing[idx], gap_p <= gap[idx], gap_p < POLISH_GAIN * gap[idx])
             idx, b_p, Qb_p = idx[better], b_p[better], Qb_p[better]
             self.b[idx], self.Qb[idx], self.v[idx], self.Qv[idx] = b_p, Qb_p, b_p, Qb_p
             gap[idx], self.t[idx] = gap_p[better], 1.0
@@ -242,10 +254,10 @@ class _Batch:
 def polish(Q: Tensor, q: Tensor, w: Tensor, signs: Tensor) -> Tensor:
     """Exact minimizer of F on the support and signs `signs` (B, K): Q_SS b_S = q_S - w_S s_S.
 
-    Each system is solved at the size S of the largest support in the batch, not K. A ridge of
-    machine epsilon ** 0.6 x the mean diagonal keeps duplicate columns solvable (their weight is
-    then split evenly). Problems whose solve fails keep b = 0 (their gap is then not lower, so
-    the caller ignores them).
+    Each system is solved at the size S of the largest support in the batch, not K. A ridge
+    (RIDGE_EXPONENT) keeps duplicate columns solvable (their weight is then split evenly).
+    Problems whose solve fails keep b = 0 (their gap is then not lower, so the caller ignores
+    them).
     """
     B, K = signs.shape
     support = signs != 0
@@ -258,7 +270,7 @@ def polish(Q: Tensor, q: Tensor, w: Tensor, signs: Tensor) -> Tensor:
     rows_s = Q.gather(1, where.unsqueeze(2).expand(B, S, K))
     Q_s = rows_s.gather(2, where.unsqueeze(1).expand(B, S, S))
     diag = torch.diagonal(Q, dim1=1, dim2=2)
-    ridge = torch.finfo(Q.dtype).eps ** 0.6 * diag.mean(1, keepdim=True)
+    ridge = torch.finfo(Q.dtype).eps ** RIDGE_EXPONENT * diag.mean(1, keepdim=True)
     pair = inside.unsqueeze(2) & inside.unsqueeze(1)
     system = torch.where(pair, Q_s, torch.zeros((), dtype=Q.dtype, device=Q.device))
     system.diagonal(dim1=1, dim2=2).add_(torch.where(inside, ridge, torch.ones_like(Q_s[:, 0])))
@@ -286,7 +298,7 @@ def restricted_gap(b: Tensor, Qb: Tensor, q: Tensor, yty: Tensor, w: Tensor) -> 
     rr = yty - 2 * qb + (bd * Qb.double()).sum(1)
     yr = yty - qb
     residual_corr = (qd - Qb.double()).abs()
-    violation = (residual_corr / w.double().clamp_min(1e-300)).amax(1)
-    s_max = torch.where(violation > 0, 1.0 / violation.clamp_min(1e-300), torch.inf)
+    violation = (residual_corr / w.double().clamp_min(TINY)).amax(1)
+    s_max = torch.where(violation > 0, 1.0 / violation.clamp_min(TINY), torch.inf)
     gap, _ = duality_gap(rr, yr, (w.double() * bd.abs()).sum(1), s_max)
     return gap

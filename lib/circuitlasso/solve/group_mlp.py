@@ -21,6 +21,10 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+MIN_LIPSCHITZ = 1e-12
+"""Floor of the second block's Lipschitz constant: a hidden layer that died (all zero) takes
+bounded steps on the bias alone instead of dividing by zero."""
+
 
 def group_sparse_mlp(
     x: np.ndarray,
@@ -99,7 +103,7 @@ def _palm(x, group_of, n_groups, y, lam, step1, w1, w2, max_steps, tol):  # type
         residual = np.dot(h, w2.T) + b2 - y
         hidden_ones[:, :hidden] = h
         lip2 = np.linalg.eigvalsh(np.dot(hidden_ones.T, hidden_ones))[-1] / mq
-        step2 = 1 / max(lip2, 1e-12)
+        step2 = 1 / max(lip2, MIN_LIPSCHITZ)
         w2 -= step2 * np.dot(residual.T, h) / mq
         b2 -= step2 * residual.sum(0) / mq
         w2 /= max(np.linalg.norm(w2), 1.0)

@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from sklearn.exceptions import ConvergenceWarning as SklearnConvergenceWarning
 from torch import Tensor
+from typing_extensions import Unpack
 
-from circuitlasso.memory import batch_size, budget_bytes
+from circuitlasso.memory import budget_bytes
 from circuitlasso.solve._inputs import Matrix
-from circuitlasso.solve.fista import StopRule
-from circuitlasso.solve.memory import DEFAULT_MEMORY_GIB, gram_share
+from circuitlasso.solve.lasso_sets import (
+    WorkingSetSolution,
+    certificate_batch,
+    solve_working_sets,
+)
+from circuitlasso.solve.options import (
+    LAM_MAX,
+    LASSO,
+    LamMaxOptions,
+    LassoOptions,
+    SolverOptions,
+    settle,
+)
 from circuitlasso.solve.prepare import Prepared, check_lam, prepare, scaled_init
 from circuitlasso.solve.screen import score
-from circuitlasso.solve.workset import SCORE_BYTES, WorkingSetSolution, solve_working_sets
 
 
 class ConvergenceWarning(SklearnConvergenceWarning):
@@ -24,28 +35,35 @@ class ConvergenceWarning(SklearnConvergenceWarning):
     either class filters it)."""
 
 
-@dataclass(frozen=True)
-class LassoResult:
-    """Solution of a multi-output Lasso (d outputs, p predictors).
+@dataclass(frozen=True, kw_only=True)
+class OutputCertificates:
+    """Per-output intercepts and certificates of Lasso solves, each (d,) (0-d for 1-D y):
+    intercept, gap, objective, lam float64; n_iter inner iterations (coordinate-descent epochs
+    on the CPU, FISTA steps on a GPU); converged bool."""
 
-    coef: (p, d) dense tensor for dense X, sparse COO tensor for sparse X; (p,) for 1-D y.
-    intercept, gap, objective, lam: (d,) float64; n_iter: (d,) inner iterations (coordinate-descent
-    epochs on the CPU, FISTA steps on a GPU); converged: (d,)
-    bool. gap is the certified duality gap in objective units (the mean-scaled objective) of
-    the coefficients returned, on X and Y as read in the solve's dtype, computed in float64 (up
-    to float64 rounding; with dtype float32 the coefficients are then rounded to float32); an
-    output is converged when gap <= tol * ||y_c||^2 / M (stop="gap"), or, with
-    stop="objective", when its objective stalled with no KKT violator (never when max_iter cut
-    it short). With no usable predictor (every column constant) b = 0 is exact: gap 0.
-    """
-
-    coef: Tensor
     intercept: Tensor
     gap: Tensor
     objective: Tensor
     n_iter: Tensor
     converged: Tensor
     lam: Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class LassoResult(OutputCertificates):
+    """Solution of a multi-output Lasso (d outputs, p predictors).
+
+    coef: (p, d) dense tensor for dense X, sparse COO tensor for sparse X; (p,) for 1-D y.
+    The certificates as `OutputCertificates`: gap is the certified duality gap in objective
+    units (the mean-scaled objective) of the coefficients returned, on X and Y as read in the
+    solve's dtype, computed in float64 (up to float64 rounding; with dtype float32 the
+    coefficients are then rounded to float32); an output is converged when
+    gap <= tol * ||y_c||^2 / M (stop="gap"), or, with stop="objective", when its objective
+    stalled with no KKT violator (never when max_iter cut it short). With no usable predictor
+    (every column constant) b = 0 is exact: gap 0.
+    """
+
+    coef: Tensor
 
     @property
     def support_size(self) -> Tensor:
@@ -73,30 +91,13 @@ class LassoPath:
     n_iter: Tensor
 
 
-def _check_options(tol: float, stop: str, max_iter: int) -> None:
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol}")
-    if stop not in ("gap", "objective"):
-        raise ValueError(f"stop must be 'gap' or 'objective', got {stop!r}")
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-
-
 def lasso(
     X: Matrix,
     Y: Matrix,
     lam: float | Matrix,
     *,
-    fit_intercept: bool = False,
-    normalize: bool = True,
-    tol: float = 1e-6,
-    stop: StopRule = "gap",
-    max_iter: int = 20_000,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
     coef_init: Matrix | None = None,
-    memory_gib: float = DEFAULT_MEMORY_GIB,
-    progress: bool = False,
+    **options: Unpack[LassoOptions],
 ) -> LassoResult:
     """Solve min_A 1/(2M) ||Y - X A - 1 b^T||_F^2 + sum_j lam_j ||A_j||_1 column by column.
 
@@ -109,27 +110,22 @@ def lasso(
     (the paper's rule) once no predictor outside the working set violates the KKT conditions.
     coef_init: (p, d) warm start. memory_gib: the solve's memory budget in GiB: batches of
     outputs are sized to fit it, and a problem that cannot fit raises `MemoryBudgetError`
-    before any work (`circuitlasso.solve.memory`).
+    before any work (`circuitlasso.solve.memory`). options: any keywords of `LassoOptions`,
+    the others at their defaults `options.LASSO` (see `options.SolverOptions`).
     """
-    _check_options(tol, stop, max_iter)
-    memory = budget_bytes(memory_gib)
-    prepared = prepare(
-        X, Y, fit_intercept=fit_intercept, dtype=dtype, device=device, gram_bytes=gram_share(memory)
-    )
+    settings = settle(LASSO, LassoOptions, options).checked()
+    prepared, memory = _prepare(X, Y, settings)
     lam_t = check_lam(lam, prepared)
     init = scaled_init(coef_init, prepared) if coef_init is not None else None
     solution = solve_working_sets(
-        prepared.problem,
-        lam_t,
-        prepared.omega(normalize),
-        tol=tol,
-        stop=stop,
-        max_iter=max_iter,
-        memory=memory,
-        init=init,
-        progress=progress,
+        prepared.problem, lam_t, prepared.omega(settings.normalize), settings, memory, init
     )
-    return to_result(prepared, solution, lam_t, max_iter)
+    return to_result(prepared, solution, lam_t, settings.max_iter)
+
+
+def _prepare(X: Matrix, Y: Matrix, settings: SolverOptions) -> tuple[Prepared, int]:
+    """The prepared problem of a Lasso solve and its memory budget in bytes."""
+    return prepare(X, Y, settings), budget_bytes(settings.memory_gib)
 
 
 def to_result(
@@ -160,38 +156,35 @@ def to_result(
     else:
         coef = torch.zeros(shape, dtype=dtype, device=values.device)
         coef[user_features, outputs] = values.to(dtype)
-    fields = [intercept, solution.gap, solution.objective, solution.n_iter, solution.converged, lam]
+    per_output = [intercept, solution.gap, solution.objective, solution.n_iter, solution.converged]
+    per_output.append(lam)
     if prepared.was_1d:
-        return LassoResult(coef[:, 0], *(f[0] for f in fields))
-    return LassoResult(coef, *fields)
+        coef, per_output = coef[:, 0], [v[0] for v in per_output]
+    names = [field.name for field in fields(OutputCertificates)]  # in the order of per_output
+    return LassoResult(coef=coef, **dict(zip(names, per_output, strict=True)))
 
 
-def lam_max(
-    X: Matrix,
-    Y: Matrix,
-    *,
-    fit_intercept: bool = False,
-    normalize: bool = True,
-    dtype: torch.dtype = torch.float64,
-    device: torch.device | str | None = None,
-) -> Tensor:
+def lam_max(X: Matrix, Y: Matrix, **options: Unpack[LamMaxOptions]) -> Tensor:
     """(d,) smallest lam for which the all-zero solution is optimal, per output (0-d for 1-D y).
 
     lam_max_j = max_k |x~_k^T y_cj| / (M omega_k), with x~_k the centered unit-norm column and
-    omega_k = 1 (normalize=True) or 1/||x_k - mean|| (normalize=False).
+    omega_k = 1 (normalize=True) or 1/||x_k - mean|| (normalize=False). options: any keywords
+    of `LamMaxOptions`, the others at `options.LAM_MAX`; batches of outputs fit memory_gib.
     """
-    prepared = prepare(X, Y, fit_intercept=fit_intercept, dtype=dtype, device=device)
-    out = prepared_lam_max(prepared, normalize)
+    settings = settle(LAM_MAX, LamMaxOptions, options)
+    prepared = prepare(X, Y, settings, gram_blocks=False)
+    out = prepared_lam_max(prepared, settings.normalize, budget_bytes(settings.memory_gib))
     return out[0] if prepared.was_1d else out
 
 
-def prepared_lam_max(prepared: Prepared, normalize: bool) -> Tensor:
-    """(d,) lam_max of every output of a prepared problem: its largest KKT score at b = 0."""
+def prepared_lam_max(prepared: Prepared, normalize: bool, memory: int) -> Tensor:
+    """(d,) lam_max of every output of a prepared problem: its largest KKT score at b = 0,
+    in batches of outputs sized within `memory` bytes."""
     problem = prepared.problem
     omega = prepared.omega(normalize)
     device = omega.device
     out = torch.zeros(problem.n_outputs, dtype=torch.float64, device=device)
-    step = batch_size(2**28, problem.gradient_bytes() + SCORE_BYTES * problem.n_features)
+    step = certificate_batch(problem, memory)
     for start in range(0, problem.n_outputs, step):
         cols = torch.arange(start, min(start + step, problem.n_outputs), device=device)
         W = torch.zeros(cols.numel(), 0, dtype=torch.int64, device=device)
@@ -209,31 +202,20 @@ def lasso_path(
     n_lams: int = 100,
     eps: float = 1e-3,
     lams: Matrix | None = None,
-    fit_intercept: bool = False,
-    normalize: bool = True,
-    tol: float = 1e-6,
-    stop: StopRule = "gap",
-    max_iter: int = 20_000,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
-    memory_gib: float = DEFAULT_MEMORY_GIB,
-    progress: bool = False,
+    **options: Unpack[LassoOptions],
 ) -> LassoPath:
     """Lasso along lam_max_j * eps ** (i / (n_lams - 1)), i = 0..n_lams-1, warm-started (App. B.1).
 
     lams: optional grid instead, (n_lams,) shared by all outputs or (n_lams, d); solved in the
     order given (decreasing is what makes warm starts pay). Other arguments as in `lasso`.
     """
-    _check_options(tol, stop, max_iter)
-    memory = budget_bytes(memory_gib)
-    prepared = prepare(
-        X, Y, fit_intercept=fit_intercept, dtype=dtype, device=device, gram_bytes=gram_share(memory)
-    )
+    settings = settle(LASSO, LassoOptions, options).checked()
+    prepared, memory = _prepare(X, Y, settings)
     d = prepared.problem.n_outputs
     if lams is None:
         if n_lams < 1 or not 0 < eps <= 1:
             raise ValueError(f"need n_lams >= 1 and 0 < eps <= 1, got {n_lams} and {eps}")
-        top = prepared_lam_max(prepared, normalize)
+        top = prepared_lam_max(prepared, settings.normalize, memory)
         factors = eps ** torch.linspace(0, 1, n_lams, dtype=torch.float64, device=top.device)
         grid = factors.unsqueeze(1) * top.unsqueeze(0)
     else:
@@ -243,23 +225,13 @@ def lasso_path(
             raise ValueError(
                 f"lams must have shape (n_lams,) or (n_lams, {d}), got {tuple(grid.shape)}"
             )
-    omega = prepared.omega(normalize)
+    omega = prepared.omega(settings.normalize)
     results, init = [], None
     for row in grid:
         lam_t = check_lam(row, prepared)
-        solution = solve_working_sets(
-            prepared.problem,
-            lam_t,
-            omega,
-            tol=tol,
-            stop=stop,
-            max_iter=max_iter,
-            memory=memory,
-            init=init,
-            progress=progress,
-        )
+        solution = solve_working_sets(prepared.problem, lam_t, omega, settings, memory, init)
         init = (solution.W, solution.b)
-        results.append(to_result(prepared, solution, lam_t, max_iter))
+        results.append(to_result(prepared, solution, lam_t, settings.max_iter))
 
     def stack(name: str) -> Tensor:
         return torch.stack([getattr(r, name) for r in results])

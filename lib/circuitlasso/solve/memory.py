@@ -14,8 +14,11 @@ from __future__ import annotations
 
 DEFAULT_MEMORY_GIB = 8.0
 """Default budget of a solve, in GiB (2**30 bytes)."""
+GRAM_SHARE = 0.4
+"""Share of a budget a dense Gram may take: the rest holds X, the targets, the working sets and
+a batch's work, which at the paper's shapes take about as much again."""
 
 
 def gram_share(memory: int) -> int:
     """Most bytes a dense Gram may take within a budget of `memory` bytes."""
-    return int(0.4 * memory)
+    return int(GRAM_SHARE * memory)

@@ -12,9 +12,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from circuitlasso.memory import budget_bytes
 from circuitlasso.solve._inputs import Matrix, as_matrix, check_rows, per_output
 from circuitlasso.solve._sparse import column_sums, csr_rows, csr_transpose, padded_rows
+from circuitlasso.solve.memory import gram_share
+from circuitlasso.solve.options import SolverOptions
 from circuitlasso.solve.problems import (
+    F64,
     DenseProblem,
     GramProblem,
     LassoProblem,
@@ -23,7 +27,20 @@ from circuitlasso.solve.problems import (
 )
 
 GRAM_MAX_ENTRIES = 2**28
-"""Largest dense p x p Gram kept in memory (2 GiB in float64)."""
+"""Largest dense p x p Gram kept in memory (2 GiB in float64), whatever the budget: beyond it
+gathering Gram blocks from X costs less than building the Gram."""
+GRAM_WIDE_MAX = 2048
+"""Dense X with more columns than rows gets a Gram only up to this many columns (beyond, its
+p^2 entries outweigh the M p of X itself)."""
+CONSTANT_COLUMN = 1e-12
+"""A centered squared norm below CONSTANT_COLUMN x the column's sum of squares is rounding of a
+constant column (float64 keeps about 1e-16 of it): such a column has no spread."""
+
+
+def has_gram(p: int, M: int, gram_bytes: int) -> bool:
+    """Whether dense X (M, p) is solved from its float64 Gram within `gram_bytes`."""
+    fits = p * p <= GRAM_MAX_ENTRIES and F64 * p * p <= gram_bytes
+    return fits and (p <= GRAM_WIDE_MAX or p <= M)
 
 
 @dataclass
@@ -78,22 +95,18 @@ def column_stats(x: Tensor, fit_intercept: bool) -> tuple[Tensor, Tensor]:
         squares = (unit**2).sum(0)
         mean = unit.mean(0) if fit_intercept else torch.zeros_like(squares)
         norm_sq = ((unit - mean) ** 2).sum(0)
-    norm_sq = torch.where(norm_sq > 1e-12 * squares, norm_sq, torch.zeros_like(norm_sq))
+    norm_sq = torch.where(norm_sq > CONSTANT_COLUMN * squares, norm_sq, torch.zeros_like(norm_sq))
     return mean * scale, norm_sq.sqrt() * scale
 
 
-def prepare(
-    X: Matrix,
-    Y: Matrix,
-    *,
-    fit_intercept: bool,
-    dtype: torch.dtype,
-    device: torch.device | str | None,
-    gram_bytes: int = 0,
-) -> Prepared:
-    """Validate (X (M, p), Y (M, d) or (M,)) and build the matching problem; a dense Gram of
-    sparse X may take up to `gram_bytes` (0: none, for problems that need no Gram blocks)."""
-    device = torch.device(device or "cpu")
+def prepare(X: Matrix, Y: Matrix, settings: SolverOptions, *, gram_blocks: bool = True) -> Prepared:
+    """Validate (X (M, p), Y (M, d) or (M,)) and build the matching problem (fit_intercept,
+    dtype, device and memory_gib of `settings`); a dense Gram takes at most its share of the
+    budget (`memory.gram_share`), and none is built for sparse X without `gram_blocks` (a
+    problem that only needs gradients)."""
+    fit_intercept, dtype = settings.fit_intercept, settings.dtype
+    device = torch.device(settings.device or "cpu")
+    gram_bytes = gram_share(budget_bytes(settings.memory_gib))
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     x, _ = as_matrix(X, "X", dtype, device)
@@ -111,9 +124,12 @@ def prepare(
         x_kept = x if keep.numel() == x.shape[1] else csr_transpose(csr_rows(x_t, keep))
         mu = x_mean[keep] / norms[keep] if fit_intercept else None
         x_scaled = scaled_sparse(x_kept.to(torch.float64), norms[keep])
-        problem: LassoProblem = SparseProblem(x_scaled, mu, _rows_of(y), gram_bytes, dtype)
+        sparse_gram = gram_bytes if gram_blocks else 0
+        problem: LassoProblem = SparseProblem(x_scaled, mu, _rows_of(y), sparse_gram, dtype)
     else:
-        problem = dense_problem(x[:, keep], norms[keep], x_mean[keep], _dense(y), y_mean)
+        problem = dense_problem(
+            x[:, keep], norms[keep], x_mean[keep], _dense(y), y_mean, gram_bytes
+        )
     if not bool(torch.isfinite(problem.yty).all()):
         raise ValueError(
             f"Y's squares overflow float64 (largest |Y| entry {_largest(y):.3g}): rescale Y"
@@ -124,14 +140,15 @@ def prepare(
 
 
 def dense_problem(
-    x: Tensor, norms: Tensor, x_mean: Tensor, y: Tensor, y_mean: Tensor
+    x: Tensor, norms: Tensor, x_mean: Tensor, y: Tensor, y_mean: Tensor, gram_bytes: int
 ) -> LassoProblem:
     """Gram or dense problem for dense x (M, p) with nonzero `norms`, and dense targets y (M, d),
-    built in float64 from x and y as given (see `problems`)."""
+    built in float64 from x and y as given (see `problems`); a Gram only where it fits
+    `gram_bytes` (and `has_gram`)."""
     M, p = x.shape
     x_scaled = (x.double() - x_mean) / norms
     y_centered = y.double() - y_mean
-    if p * p <= GRAM_MAX_ENTRIES and (p <= 2048 or p <= M):
+    if has_gram(p, M, gram_bytes):
         gram = x_scaled.t() @ x_scaled
         cross_t = y_centered.t() @ x_scaled
         yty = (y_centered**2).sum(0)

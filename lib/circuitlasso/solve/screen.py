@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from circuitlasso.solve.workset import outside_violators
+
 
 @dataclass
 class Scores:
@@ -31,8 +33,7 @@ def score(g: Tensor, omega: Tensor, W: Tensor, valid: Tensor, scale: Tensor) -> 
     s = g.abs().double().mul_(scale.unsqueeze(1))
     if not bool((omega == 1).all()):
         s.div_(omega.double())
-    inside_violators = ((s.gather(1, W) > 1) & valid).sum(1)
-    violators = (s > 1).sum(1) - inside_violators
+    violators = outside_violators(s, W, valid)
     max_score = s.amax(1) if s.shape[1] else s.new_zeros(s.shape[0])
     return Scores(s, max_score, violators)
 

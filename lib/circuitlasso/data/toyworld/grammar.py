@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
+T = TypeVar("T")
 Rng = np.random.Generator
 Gender = Literal["male", "female", "any", "neuter"]
 Tense = Literal["present", "past"]
@@ -229,7 +230,8 @@ def wrong_verb_forms(verb: Verb, subject: Referent, tense: Tense) -> tuple[str, 
     return (verb.base,) if subject.third_singular else (verb.third,)
 
 
-def pick(rng: Rng, options: Sequence[str]) -> str:
+def pick(rng: Rng, options: Sequence[T]) -> T:
+    """One of ``options``, uniformly."""
     return options[int(rng.integers(len(options)))]
 
 
@@ -240,7 +242,7 @@ def _name(rng: Rng) -> Referent:
 
 
 def _noun_phrase(rng: Rng, nouns: Sequence[Noun]) -> Referent:
-    noun = nouns[int(rng.integers(len(nouns)))]
+    noun = pick(rng, nouns)
     if rng.random() < 0.5:
         return Referent(("the", noun.plural), 3, True, noun.gender)
     return Referent((pick(rng, DETERMINERS), noun.singular), 3, False, noun.gender)
@@ -313,6 +315,19 @@ class Draft:
             self.agreement_sites.append((len(self.words), wrong_forms))
         self.add(form)
 
+    def add_verb(self, verb: Verb, subject: Referent, tense: Tense) -> None:
+        """``verb``'s form agreeing with ``subject`` in ``tense``; its other forms break it."""
+        self.add_finite(verb_form(verb, subject, tense), wrong_verb_forms(verb, subject, tense))
+
+    def add_clause(self, subject: Referent, verb: Verb, tense: Tense) -> None:
+        """``subject``'s words, then ``verb``'s form agreeing with it (:meth:`add_verb`)."""
+        self.add(*subject.words)
+        self.add_verb(verb, subject, tense)
+
+    def add_be(self, subject: Referent, tense: Tense) -> None:
+        """The form of "be" agreeing with ``subject`` in ``tense``; its other forms break it."""
+        self.add_finite(be_form(subject, tense), wrong_be_forms(subject, tense))
+
     def add_reflexive_object(self, antecedent: Referent, rng: Rng) -> None:
         index = len(self.words)
         self.add(pick(rng, agreeing_reflexives(antecedent)))
@@ -342,7 +357,7 @@ def _copula(rng: Rng) -> Draft:
     """The teachers were hungry (in the kitchen) ."""
     draft, subj, tense = Draft(), subject(rng), _tense(rng)
     draft.add_subject(subj, pick(rng, agreeing_reflexives(subj)))
-    draft.add_finite(be_form(subj, tense), wrong_be_forms(subj, tense))
+    draft.add_be(subj, tense)
     draft.add(pick(rng, ADJECTIVES))
     _optional_modifier(rng, draft)
     return draft.end(rng)
@@ -355,7 +370,7 @@ def _embedded_clause(rng: Rng) -> Draft:
     draft.add(pick(rng, COMMUNICATION_VERBS), "that")
     pronoun = pronoun_referent(bound_pronoun(rng, subj))
     draft.add_subject(pronoun, agreeing_reflexives(pronoun)[0])
-    draft.add_finite(be_form(pronoun, tense), wrong_be_forms(pronoun, tense))
+    draft.add_be(pronoun, tense)
     draft.add(pick(rng, HUNGER + THIRST + TIRED if rng.random() < 0.6 else ADJECTIVES))
     return draft.end(rng)
 
@@ -363,8 +378,8 @@ def _embedded_clause(rng: Rng) -> Draft:
 def _ingestion(rng: Rng) -> tuple[Verb, str]:
     """An eating or drinking verb and a fitting object noun."""
     if rng.random() < 0.65:
-        return EATING_VERBS[int(rng.integers(len(EATING_VERBS)))], pick(rng, FOODS)
-    return DRINKING_VERBS[int(rng.integers(len(DRINKING_VERBS)))], pick(rng, DRINKS)
+        return pick(rng, EATING_VERBS), pick(rng, FOODS)
+    return pick(rng, DRINKING_VERBS), pick(rng, DRINKS)
 
 
 def _transitive(rng: Rng) -> Draft:
@@ -374,12 +389,12 @@ def _transitive(rng: Rng) -> Draft:
         verb, food = _ingestion(rng)
         obj: tuple[str, ...] = ("the", food)
     else:
-        verb, obj = PERSON_VERBS[int(rng.integers(len(PERSON_VERBS)))], person_object(rng)
+        verb, obj = pick(rng, PERSON_VERBS), person_object(rng)
     if tense == "present":
         draft.add_subject(subj, pick(rng, agreeing_reflexives(subj)))
     else:
         draft.add(*subj.words)
-    draft.add_finite(verb_form(verb, subj, tense), wrong_verb_forms(verb, subj, tense))
+    draft.add_verb(verb, subj, tense)
     draft.add(*obj)
     _optional_modifier(rng, draft)
     return draft.end(rng)
@@ -388,9 +403,8 @@ def _transitive(rng: Rng) -> Draft:
 def _reflexive_object(rng: Rng) -> Draft:
     """John washed himself (in the river) ."""
     draft, subj, tense = Draft(), subject(rng), _tense(rng)
-    verb = PERSON_VERBS[int(rng.integers(len(PERSON_VERBS)))]
-    draft.add(*subj.words)
-    draft.add_finite(verb_form(verb, subj, tense), wrong_verb_forms(verb, subj, tense))
+    verb = pick(rng, PERSON_VERBS)
+    draft.add_clause(subj, verb, tense)
     draft.add_reflexive_object(subj, rng)
     _optional_modifier(rng, draft)
     return draft.end(rng)
@@ -399,10 +413,9 @@ def _reflexive_object(rng: Rng) -> Draft:
 def _linking(rng: Rng) -> Draft:
     """The teacher became tired of the students . / The president looks weary ."""
     draft, subj, tense = Draft(), subject(rng), _tense(rng)
-    verb = LINKING_VERBS[int(rng.integers(len(LINKING_VERBS)))]
+    verb = pick(rng, LINKING_VERBS)
     adjective = pick(rng, ADJECTIVES)
-    draft.add(*subj.words)
-    draft.add_finite(verb_form(verb, subj, tense), wrong_verb_forms(verb, subj, tense))
+    draft.add_clause(subj, verb, tense)
     draft.add(adjective)
     if adjective in OF_ADJECTIVES and rng.random() < 0.6:
         draft.add("of", *person_object(rng))
@@ -412,9 +425,8 @@ def _linking(rng: Rng) -> Draft:
 def _coordinated_reflexive(rng: Rng) -> Draft:
     """Bill understands Mary and himself ."""
     draft, subj, tense = Draft(), _name(rng), _tense(rng)
-    verb = PERSON_VERBS[int(rng.integers(len(PERSON_VERBS)))]
-    draft.add(*subj.words)
-    draft.add_finite(verb_form(verb, subj, tense), wrong_verb_forms(verb, subj, tense))
+    verb = pick(rng, PERSON_VERBS)
+    draft.add_clause(subj, verb, tense)
     draft.add(*_name(rng).words, "and")
     draft.add_reflexive_object(subj, rng)
     return draft.end(rng)
@@ -426,11 +438,11 @@ def _hunger_consequence(rng: Rng) -> Draft:
     verb, food = _ingestion(rng)
     adjective = pick(rng, HUNGER if verb in EATING_VERBS else THIRST)
     draft.add_subject(subj, pick(rng, agreeing_reflexives(subj)))
-    draft.add_finite(be_form(subj, tense), wrong_be_forms(subj, tense))
+    draft.add_be(subj, tense)
     draft.add(adjective, "so")
     pronoun = pronoun_referent(bound_pronoun(rng, subj))
     draft.add(pronoun.words[0])
-    draft.add_finite(verb_form(verb, pronoun, tense), wrong_verb_forms(verb, pronoun, tense))
+    draft.add_verb(verb, pronoun, tense)
     draft.add("the", food)
     return draft.end(rng)
 
@@ -438,13 +450,13 @@ def _hunger_consequence(rng: Rng) -> Draft:
 def _tired_consequence(rng: Rng) -> Draft:
     """Mary was weary so she slept (outside) ."""
     draft, subj, tense = Draft(), subject(rng), _tense(rng)
-    verb = RESTING_VERBS[int(rng.integers(len(RESTING_VERBS)))]
+    verb = pick(rng, RESTING_VERBS)
     draft.add_subject(subj, pick(rng, agreeing_reflexives(subj)))
-    draft.add_finite(be_form(subj, tense), wrong_be_forms(subj, tense))
+    draft.add_be(subj, tense)
     draft.add(pick(rng, TIRED), "so")
     pronoun = pronoun_referent(bound_pronoun(rng, subj))
     draft.add(pronoun.words[0])
-    draft.add_finite(verb_form(verb, pronoun, tense), wrong_verb_forms(verb, pronoun, tense))
+    draft.add_verb(verb, pronoun, tense)
     _optional_modifier(rng, draft)
     return draft.end(rng)
 
@@ -452,7 +464,7 @@ def _tired_consequence(rng: Rng) -> Draft:
 def _be_question(rng: Rng) -> Draft:
     """Is the teacher hungry ?"""
     draft, subj, tense = Draft(question=True), subject(rng), _tense(rng)
-    draft.add_finite(be_form(subj, tense), wrong_be_forms(subj, tense))
+    draft.add_be(subj, tense)
     draft.add(*subj.words, pick(rng, ADJECTIVES))
     return draft.end(rng)
 
@@ -470,7 +482,7 @@ def _do_question(rng: Rng) -> Draft:
         verb, food = _ingestion(rng)
         obj: tuple[str, ...] = ("the", food)
     else:
-        verb, obj = PERSON_VERBS[int(rng.integers(len(PERSON_VERBS)))], person_object(rng)
+        verb, obj = pick(rng, PERSON_VERBS), person_object(rng)
     draft.add(*subj.words, verb.base, *obj)
     return draft.end(rng)
 
@@ -503,14 +515,14 @@ def acceptable_sentence(rng: Rng) -> list[str]:
 def _break_reflexive(draft: Draft, rng: Rng) -> list[str] | None:
     if not draft.reflexive_sites:
         return None
-    start, stop, options = draft.reflexive_sites[int(rng.integers(len(draft.reflexive_sites)))]
+    start, stop, options = pick(rng, draft.reflexive_sites)
     return draft.words[:start] + [pick(rng, options)] + draft.words[stop:]
 
 
 def _break_agreement(draft: Draft, rng: Rng) -> list[str] | None:
     if not draft.agreement_sites:
         return None
-    index, options = draft.agreement_sites[int(rng.integers(len(draft.agreement_sites)))]
+    index, options = pick(rng, draft.agreement_sites)
     return draft.words[:index] + [pick(rng, options)] + draft.words[index + 1 :]
 
 
@@ -519,7 +531,7 @@ def _break_punctuation(draft: Draft, rng: Rng) -> list[str]:
     endings: tuple[str | None, ...] = (None,) + WRONG_END
     if draft.question:
         endings += DECLARATIVE_END[:1]
-    ending = endings[int(rng.integers(len(endings)))]
+    ending = pick(rng, endings)
     return draft.words[:-1] + ([] if ending is None else [ending])
 
 

@@ -1,0 +1,169 @@
+"""Proximal Newton on a logistic problem restricted to a working set (`solve.logistic`).
+
+A sweep takes one step per column c of the coefficients (one for the binary loss), each from the
+probabilities the previous step left (Gauss-Seidel over the classes, as glmnet's multinomial
+fit): the step minimizes the quadratic model of the loss in (a_c, b_c), exact for that block,
+plus the l1 penalty (a Lasso on the |W| x |W| Hessian solved by `fista`, the intercept
+eliminated by weighted centering), followed by a backtracking line search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from circuitlasso.solve.fista import Subproblems, fista
+from circuitlasso.solve.logistic_design import Restricted
+from circuitlasso.solve.logistic_losses import Loss, certificate
+
+QP_MAX_ITER = 300
+"""FISTA iterations allowed for the quadratic model of one Newton step."""
+STALL_STEPS = 5
+STALL_FACTOR = 0.9
+"""A restricted solve stops (not converged) when STALL_STEPS sweeps per column of A (binary:
+this many Newton steps; K classes: K times as many sweeps) did not lower its smallest gap so far
+by the factor STALL_FACTOR (rounding keeps it from going lower). Slow but steady linear
+convergence (nearly separable classes) goes on, up to max_iter."""
+QP_GAP_SHARE = 0.25
+"""A step's quadratic model is solved to QP_GAP_SHARE of the current gap over the number of
+columns: a sweep of such steps then closes a good part of the gap, not less."""
+MIN_CURVATURE = 1e-10
+"""Floor of the Newton weights p (1 - p): saturated rows (p at 0 or 1) keep the model's Hessian
+positive, too small to bias the step."""
+ARMIJO = 0.01
+"""A step is kept once the objective drops by ARMIJO of the decrease its model predicted."""
+LINE_SEARCH_HALVINGS = 40
+"""Halvings of a step at most before it counts as unable to decrease the objective."""
+
+
+@dataclass
+class Point:
+    """Coefficients a (K, B) on a working set of K features, intercepts b (B,) and
+    eta0 = X~_W a (M, B), float64 (B = 1 for the binary loss, the number of classes else)."""
+
+    a: Tensor
+    b: Tensor
+    eta0: Tensor
+
+
+def prox_newton(
+    design: Restricted,
+    loss: Loss,
+    point: Point,
+    weight: Tensor,
+    tol: float,
+    max_iter: int,
+    check_every: int,
+    fit_intercept: bool,
+) -> tuple[int, bool]:
+    """Proximal Newton sweeps on the restricted problem until its gap <= tol; updates `point`.
+
+    A sweep takes one step per column c of a (one for the binary loss), each from the
+    probabilities the previous one left (as glmnet's multinomial fit does). Each step minimizes
+    the quadratic model of the loss in (a_c, b_c), whose Hessian is exact for that block: with
+    weights w = p_c (1 - p_c) / M it is a Lasso in Gram form,
+    H = X_c^T diag(w) X_c (X_c centered with the weights w, which eliminates the intercept),
+    q = H a_c - (g_a - g_b m), with a working response z with A^T z = q for
+    A = diag(sqrt(w)) X_c (H = A^T A), which gives the model its own duality gap (solved to
+    QP_GAP_SHARE of the current gap over the number of columns). The step to its minimizer is
+    then shortened until the objective decreases by ARMIJO of the model's predicted decrease.
+    Returns (sweeps, stalled) (see STALL_FACTOR).
+    """
+    M, B = loss.labels.shape
+
+    def scores_of(theta: Tensor) -> Tensor:
+        return design.t_times(theta) / (M * weight.unsqueeze(1))
+
+    best: list[float] = []  # smallest gap so far, after each sweep
+    for sweep in range(max_iter):
+        cert = certificate(point.a, point.eta0, point.b, loss, weight, scores_of, fit_intercept)
+        point.b = cert.b
+        gap = cert.gap
+        if gap <= tol:
+            return sweep, False
+        best.append(min(gap, best[-1]) if best else gap)
+        window = STALL_STEPS * B
+        if len(best) > window and best[-1] > STALL_FACTOR * best[-1 - window]:
+            return sweep, True
+        for c in range(B):
+            if not _column_step(design, loss, point, weight, c, QP_GAP_SHARE * gap / B, check_every,
+                                fit_intercept):  # fmt: skip
+                return sweep, True
+        if B > 1:
+            _center_rows(design, point)
+    return max_iter, False
+
+
+def _center_rows(design: Restricted, point: Point) -> None:
+    """Shift every row of a (K, B) by the m nearest 0 in its median interval (between its two
+    middle entries; m = 0 where 0 lies in it): the softmax sees only differences within a row of
+    eta, so the loss stays, and the row's penalty sum_c |a_kc - m| is smallest there. Steps on
+    one column at a time cannot make this move (it changes every column at once): without it,
+    rows drift toward their medians over thousands of sweeps."""
+    ordered = point.a.sort(1).values
+    B = ordered.shape[1]
+    low, high = ordered[:, (B - 1) // 2], ordered[:, B // 2]
+    shift = torch.where(low > 0, low, torch.where(high < 0, high, torch.zeros_like(low)))
+    if not bool((shift != 0).any()):
+        return
+    point.a = point.a - shift.unsqueeze(1)
+    point.eta0 = point.eta0 - design.times(shift.unsqueeze(1))
+
+
+def _column_step(
+    design: Restricted,
+    loss: Loss,
+    point: Point,
+    weight: Tensor,
+    c: int,
+    tol: float,
+    check_every: int,
+    fit_intercept: bool,
+) -> bool:
+    """One proximal Newton step in column c of a and b (see `prox_newton`); False when it
+    cannot decrease the objective."""
+    M = loss.labels.shape[0]
+    eta = point.eta0 + point.b
+    prob = loss.probabilities(eta)[:, c]
+    r = prob - loss.labels[:, c]
+    a, eta0 = point.a[:, c], point.eta0[:, c]
+    grad = design.t_times(r.unsqueeze(1))[:, 0] / M
+    w = (prob * (1 - prob)).clamp_min(MIN_CURVATURE) / M
+    root = w.sqrt()
+    H = design.weighted_gram(w)
+    z = root * eta0 - r / (M * root)
+    g, g_b, S, m = grad, 0.0, 1.0, torch.zeros_like(grad)
+    if fit_intercept:
+        g_b, S = float(r.mean()), float(w.sum())
+        m = design.t_times(w.unsqueeze(1))[:, 0] / S
+        H = H - S * torch.outer(m, m)
+        g = grad - g_b * m
+        z = z - root * float(root @ z) / S
+    problem = Subproblems(
+        H.unsqueeze(0), (H @ a - g).unsqueeze(0), (z @ z).reshape(1), weight.unsqueeze(0)
+    )
+    tol_t = torch.tensor([tol], dtype=torch.float64, device=w.device)
+    u, _, _ = fista(problem, a.unsqueeze(0), tol_t, max_iter=QP_MAX_ITER, check_every=check_every)
+    d = u[0] - a
+    d_b = -g_b / S - float(m @ d)
+    decrease = float(grad @ d) + g_b * d_b + float((weight * (u[0].abs() - a.abs())).sum())
+    if not decrease < 0:
+        return False
+    before = loss.value(eta) + float((weight.unsqueeze(1) * point.a.abs()).sum())
+    Xd, t = design.times(d.unsqueeze(1))[:, 0], 1.0
+    column = torch.zeros(point.b.numel(), dtype=torch.float64, device=w.device)
+    column[c] = 1.0
+    for _ in range(LINE_SEARCH_HALVINGS):
+        a_t, eta0_t, b_t = point.a.clone(), point.eta0.clone(), point.b + t * d_b * column
+        a_t[:, c] = a + t * d
+        eta0_t[:, c] = eta0 + t * Xd
+        value = loss.value(eta0_t + b_t) + float((weight.unsqueeze(1) * a_t.abs()).sum())
+        if value <= before + ARMIJO * t * decrease:
+            break
+        t /= 2
+    else:
+        return False
+    point.a, point.eta0, point.b = a_t, eta0_t, b_t
+    return True
