@@ -66,7 +66,9 @@ class ReceiverSlot:
     head: int | None
 
 
-def _receiver_slots(model: HookedTransformer, nodes: list[NodeLocation]) -> list[ReceiverSlot]:
+def receiver_slots(model: HookedTransformer, nodes: list[NodeLocation]) -> list[ReceiverSlot]:
+    """Every input of ``nodes`` in graph order: a head's q, k and v inputs (one slot each), an
+    MLP's input, the logits' input (the last residual stream)."""
     last = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
     slots: list[ReceiverSlot] = []
     for node in nodes:
@@ -84,6 +86,19 @@ def _receiver_slots(model: HookedTransformer, nodes: list[NodeLocation]) -> list
     return slots
 
 
+def require_ungrouped_heads(model: HookedTransformer) -> None:
+    """ValueError unless every query head has key and value inputs of its own: a grouped-query
+    model (several query heads sharing a key/value head) must be ungrouped first."""
+    cfg = model.cfg
+    grouped = cfg.n_key_value_heads is not None and cfg.n_key_value_heads != cfg.n_heads
+    if grouped and not cfg.ungroup_grouped_query_attention:
+        raise ValueError(
+            f"the model's {cfg.n_heads} query heads share {cfg.n_key_value_heads} key/value "
+            "heads: call model.set_ungroup_grouped_query_attention(True) so that each head's "
+            "key and value inputs can be patched on their own"
+        )
+
+
 @dataclass(frozen=True)
 class AttributionResult:
     """EAP output: promoted edge scores, signed per-input scores and the time split.
@@ -99,7 +114,7 @@ class AttributionResult:
     attribute_seconds: float
 
 
-def _sender_outputs(cache: dict[str, torch.Tensor], senders: list[NodeLocation]) -> torch.Tensor:
+def sender_outputs(cache: dict[str, torch.Tensor], senders: list[NodeLocation]) -> torch.Tensor:
     """Stacked sender activations: (B, P, n_senders, d_model)."""
     outs = []
     for node in senders:
@@ -108,7 +123,7 @@ def _sender_outputs(cache: dict[str, torch.Tensor], senders: list[NodeLocation])
     return torch.stack(outs, dim=2)
 
 
-def _forward_cache(
+def forward_cache(
     model: HookedTransformer, tokens: torch.Tensor, hooks: list[str]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Logits (B, P, V) and the activations at ``hooks``, without gradients."""
@@ -178,6 +193,7 @@ def edge_attribution_patching(
     fit in ``memory_gib`` (:func:`~circuitlasso.data.graph.prompts_per_batch`).
     """
     require_hook_flags(model)
+    require_ungrouped_heads(model)
     if clean.shape != corrupted.shape or clean.ndim != 2:
         raise ValueError(
             f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} token batches "
@@ -187,7 +203,7 @@ def edge_attribution_patching(
         raise ValueError(f"ig_steps must be >= 0, got {ig_steps}")
     nodes = graph_nodes(model)
     senders = [n for n in nodes if n.kind != "output"]
-    slots = _receiver_slots(model, nodes)
+    slots = receiver_slots(model, nodes)
     sender_hooks = sorted({n.hook for n in senders})
     device = model.cfg.device
     mask = torch.ones(clean.shape[1], dtype=torch.bool) if position_mask is None else position_mask
@@ -213,10 +229,10 @@ def edge_attribution_patching(
         batch_weights = weights[start:stop].to(device)
 
         with clock.timed("collect", add=True):
-            clean_logits, clean_cache = _forward_cache(model, batch_clean, sender_hooks)
-            corrupted_logits, corrupted_cache = _forward_cache(model, batch_corrupted, sender_hooks)
-            clean_outputs = _sender_outputs(clean_cache, senders)
-            delta = clean_outputs - _sender_outputs(corrupted_cache, senders)
+            clean_logits, clean_cache = forward_cache(model, batch_clean, sender_hooks)
+            corrupted_logits, corrupted_cache = forward_cache(model, batch_corrupted, sender_hooks)
+            clean_outputs = sender_outputs(clean_cache, senders)
+            delta = clean_outputs - sender_outputs(corrupted_cache, senders)
 
         with clock.timed("attribute", add=True):
             embed_clean, embed_corrupted = clean_cache[INPUT_HOOK], corrupted_cache[INPUT_HOOK]

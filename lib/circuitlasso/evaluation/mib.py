@@ -1,0 +1,350 @@
+"""Circuit faithfulness scored as MIB's circuit-localization track does (Mueller et al., 2025).
+
+MIB counts the edges of the component graph (:mod:`circuitlasso.data.graph`) the way its own
+graph does: an edge into an attention head goes to one of its three inputs, so ``u -> a1.h0``
+is three edges, ``u -> a1.h0.q``, ``.k`` and ``.v`` (the receiver slots of
+:mod:`circuitlasso.evaluation.eap`); an edge into an MLP or the output is one. A circuit ``C`` is
+a set of such edges, and
+
+    m(C) = mean over items of logit(answer) - logit(wrong) at the last real token,
+
+on the clean prompt with every edge outside ``C`` patched: its receiver reads the sender's
+activation on the counterfactual prompt instead of the clean one (an interchange intervention),
+all in one forward pass, each sender's clean-side value being its value in that patched pass.
+The empty circuit gives the counterfactual run, the full circuit the clean run. Faithfulness is
+
+    f(C) = (m(C) - m(empty)) / (m(full) - m(empty)).
+
+For a scoring of edges, the circuit at budget ``k`` is MIB's ``apply_topn(k, absolute=True)``:
+the ``k`` edges of largest ``|score|`` (ties in computation order), then pruned as MIB prunes
+(:func:`prune`: repeatedly drop nodes without an incoming edge (``input`` excepted) or an
+outgoing one (``output`` excepted), and the edges touching them). Budgets are MIB's fractions
+of all edges (:data:`MIB_FRACTIONS`, 0.1 % to 100 %), ``k = int(fraction * n_edges)`` as MIB
+rounds. Over the curve ``(fraction, f)``,
+
+    CPR = area under f,    CMD = area under |1 - f|,
+
+both by the trapezoidal rule on the fractions themselves, a linear axis from 0.001 to 1 (MIB's
+``evaluate_area_under_curve``: it computes log-fractions under ``log_scale=True`` but integrates
+over the raw fractions), not normalized by the axis' length 0.999. Higher CPR and lower CMD are
+better; a circuit with f = 1 at every budget has CPR 0.999 and CMD 0. :func:`trapezoid_area` and
+:func:`cpr_cmd` are pure functions of the curve.
+
+Grouped-query attention: a head's key and value inputs are its own only once the model is
+ungrouped (``model.set_ungroup_grouped_query_attention(True)``; MIB asserts the same), else
+TransformerLens's ``hook_k_input`` holds one slot per key/value head; :func:`edge_patched_logits`
+refuses a grouped model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformer_lens import HookedTransformer
+
+from circuitlasso.data.counterfactual_tasks import TaskTokens, logit_difference
+from circuitlasso.data.graph import (
+    DEFAULT_PASS_GIB,
+    INPUT,
+    OUTPUT,
+    can_feed,
+    graph_nodes,
+    prompts_per_batch,
+    require_hook_flags,
+)
+from circuitlasso.evaluation.eap import (
+    ReceiverSlot,
+    forward_cache,
+    receiver_slots,
+    require_ungrouped_heads,
+    sender_outputs,
+)
+
+SlotEdge = tuple[str, str]  # (sender node, receiver slot): ("a0.h1", "a2.h0.q"), ("m0", "output")
+MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def _slots(model: HookedTransformer) -> list[ReceiverSlot]:
+    return receiver_slots(model, graph_nodes(model))
+
+
+def mib_edges(model: HookedTransformer) -> list[SlotEdge]:
+    """Every edge of the model's graph as MIB counts them (one per head input), receivers in
+    computation order, then senders."""
+    senders = [n for n in graph_nodes(model) if n.kind != "output"]
+    return [(u.name, r.name) for r in _slots(model) for u in senders if can_feed(u, r.node)]
+
+
+def expand_scores(
+    model: HookedTransformer, scores: Mapping[tuple[str, str], float]
+) -> dict[SlotEdge, float]:
+    """Scores per MIB edge from scores keyed by MIB edges or by node edges: a node edge into a
+    head (``("m0", "a1.h0")``, as CircuitLasso and :class:`~circuitlasso.evaluation.eap.
+    AttributionResult.scores` key them) gives its score to the head's three inputs. Edges not
+    scored score 0; ValueError on an edge not in the graph or scored both ways."""
+    heads: dict[str, list[str]] = {}
+    for slot in _slots(model):
+        if slot.node.kind == "head":
+            heads.setdefault(slot.node.name, []).append(slot.name)
+    edges = mib_edges(model)
+    valid = set(edges)
+    out: dict[SlotEdge, float] = dict.fromkeys(edges, 0.0)
+    seen: set[SlotEdge] = set()
+    for (sender, receiver), score in scores.items():
+        targets = [(sender, s) for s in heads.get(receiver, [receiver])]
+        for edge in targets:
+            if edge not in valid:
+                raise ValueError(f"edge {sender} -> {receiver} is not in the model's graph")
+            if edge in seen:
+                raise ValueError(f"edge {edge} is scored twice (as a node edge and a slot edge)")
+            seen.add(edge)
+            out[edge] = float(score)
+    return out
+
+
+def prune(model: HookedTransformer, circuit: Collection[SlotEdge]) -> frozenset[SlotEdge]:
+    """MIB's pruning: repeatedly drop every node without an incoming circuit edge (``input``
+    excepted) or without an outgoing one (``output`` excepted), then the edges whose sender or
+    receiver node was dropped, until nothing changes."""
+    node_of = {r.name: r.node.name for r in _slots(model)}
+    unknown = [e for e in circuit if e[1] not in node_of]
+    if unknown:
+        raise ValueError(f"edges {unknown[:3]} do not end in a receiver slot of the model")
+    edges = set(circuit)
+    while True:
+        has_out = {u for u, _ in edges}
+        has_in = {node_of[r] for _, r in edges} | {INPUT}
+        live = (has_out & has_in) | {OUTPUT}
+        kept = {(u, r) for u, r in edges if u in live and node_of[r] in live}
+        if kept == edges:
+            return frozenset(edges)
+        edges = kept
+
+
+def top_edges(
+    model: HookedTransformer,
+    scores: Mapping[tuple[str, str], float],
+    n: int,
+    *,
+    pruned: bool = True,
+) -> frozenset[SlotEdge]:
+    """The ``n`` MIB edges of largest ``|score|`` (:func:`expand_scores`; ties in computation
+    order), pruned as MIB prunes unless ``pruned=False``."""
+    expanded = expand_scores(model, scores)
+    if not 0 <= n <= len(expanded):
+        raise ValueError(f"n must be in [0, {len(expanded)}], got {n}")
+    order = sorted(expanded, key=lambda e: -abs(expanded[e]))  # stable: computation order
+    chosen = frozenset(order[:n])
+    return prune(model, chosen) if pruned else chosen
+
+
+def edge_patched_logits(
+    model: HookedTransformer,
+    clean: torch.Tensor,
+    counterfactual: torch.Tensor,
+    circuit: Collection[SlotEdge],
+) -> torch.Tensor:
+    """Logits ``(B, P, V)`` on ``clean`` with every edge outside ``circuit`` patched with its
+    sender's activation on ``counterfactual`` (same shape), in one pass without gradients."""
+    require_hook_flags(model)
+    require_ungrouped_heads(model)
+    if clean.shape != counterfactual.shape or clean.ndim != 2:
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and counterfactual {tuple(counterfactual.shape)} must "
+            "both be (prompts, positions) of the same shape"
+        )
+    nodes = graph_nodes(model)
+    senders = [n for n in nodes if n.kind != "output"]
+    slots = receiver_slots(model, nodes)
+    index = {n.name: i for i, n in enumerate(senders)}
+    slot_index = {r.name: j for j, r in enumerate(slots)}
+    real = torch.tensor([[can_feed(u, r.node) for r in slots] for u in senders])
+    inside = torch.zeros(len(senders), len(slots), dtype=torch.bool)
+    for sender, receiver in circuit:
+        i, j = index.get(sender), slot_index.get(receiver)
+        if i is None or j is None or not real[i, j]:
+            raise ValueError(f"edge {sender} -> {receiver} is not in the model's graph")
+        inside[i, j] = True
+    device = model.cfg.device
+    patched = (real & ~inside).to(device=device, dtype=model.cfg.dtype)
+    clean, counterfactual = clean.to(device), counterfactual.to(device)
+
+    sender_hooks: dict[str, list[tuple[int, int | None]]] = {}
+    for i, node in enumerate(senders):
+        sender_hooks.setdefault(node.hook, []).append((i, node.head))
+    receiver_hooks: dict[str, list[tuple[int, int | None]]] = {}
+    for j, slot in enumerate(slots):
+        if patched[:, j].any():
+            receiver_hooks.setdefault(slot.hook, []).append((j, slot.head))
+    if not receiver_hooks:  # the full circuit: the clean run itself
+        with torch.no_grad():
+            return model(clean)
+
+    _, counter_cache = forward_cache(model, counterfactual, sorted(sender_hooks))
+    # sender-major (S, B, P, D), so that a receiver's update is one matrix product over the
+    # senders computed before it (they come first: senders are in computation order)
+    counter_outputs = sender_outputs(counter_cache, senders).permute(2, 0, 1, 3).contiguous()
+    del counter_cache
+    difference = torch.zeros_like(counter_outputs)  # counterfactual - this pass, per sender
+    feeding = {h: 1 + max(int(torch.nonzero(patched[:, j]).max()) for j, _ in receivers)
+               for h, receivers in receiver_hooks.items()}  # fmt: skip
+
+    def record(act: torch.Tensor, hook) -> None:
+        for i, head in sender_hooks[hook.name]:
+            current = act[:, :, head] if head is not None else act
+            difference[i] = counter_outputs[i] - current
+
+    def patch(act: torch.Tensor, hook) -> torch.Tensor:
+        receivers, n = receiver_hooks[hook.name], feeding[hook.name]
+        columns = patched[:n, [j for j, _ in receivers]]  # (n, k)
+        update = (columns.T @ difference[:n].flatten(1)).view(len(receivers), *act.shape[:2], -1)
+        out = act.clone()
+        for k, (_, head) in enumerate(receivers):
+            if head is None:
+                out += update[k]
+            else:
+                out[:, :, head] += update[k]
+        return out
+
+    hooks: list = [(h, record) for h in sender_hooks]
+    hooks += [(h, patch) for h in receiver_hooks]
+    with torch.no_grad():
+        return model.run_with_hooks(clean, fwd_hooks=hooks)
+
+
+def circuit_logit_diff(
+    model: HookedTransformer,
+    tokens: TaskTokens,
+    circuit: Collection[SlotEdge],
+    batch_size: int | None = None,
+    memory_gib: float = DEFAULT_PASS_GIB,
+) -> float:
+    """m(C): the mean over items of the logit difference (:func:`~circuitlasso.data.
+    counterfactual_tasks.logit_difference`) with every edge outside ``circuit`` patched with its
+    counterfactual activation (:func:`edge_patched_logits`), ``batch_size`` items at a time (by
+    default as many as fit in ``memory_gib``)."""
+    if batch_size is None:
+        n_senders = sum(1 for n in graph_nodes(model) if n.kind != "output")
+        kept = 3 * tokens.clean.shape[1] * n_senders * model.cfg.d_model * 4
+        batch_size = prompts_per_batch(
+            model, tokens.clean.shape[1], memory_gib, extra_bytes_per_prompt=kept
+        )
+    total = 0.0
+    for start in range(0, len(tokens), batch_size):
+        batch = tokens.rows(slice(start, start + batch_size))
+        logits = edge_patched_logits(model, batch.clean, batch.counterfactual, circuit)
+        total += float(logit_difference(logits, batch).double().sum())
+    return total / len(tokens)
+
+
+def trapezoid_area(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """Trapezoidal area under the points ``(x, y)``: ``sum (x[i+1] - x[i]) (y[i] + y[i+1]) / 2``.
+    ValueError unless there are two or more points with strictly increasing ``x``."""
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if xs.ndim != 1 or xs.shape != ys.shape or len(xs) < 2:
+        raise ValueError(
+            f"need two or more (x, y) points of equal count, got {xs.shape}, {ys.shape}"
+        )
+    if not np.all(np.diff(xs) > 0):
+        raise ValueError(f"x must be strictly increasing, got {xs.tolist()}")
+    if not np.all(np.isfinite(ys)):
+        raise ValueError(f"y must be finite, got {ys.tolist()}")
+    return float(np.sum(np.diff(xs) * (ys[:-1] + ys[1:]) / 2))
+
+
+def cpr_cmd(fractions: Sequence[float], faithfulness: Sequence[float]) -> tuple[float, float]:
+    """MIB's (CPR, CMD) of a faithfulness curve: trapezoidal areas under ``f`` and under
+    ``|1 - f|`` over the edge fractions (linear axis, module docstring)."""
+    f = np.asarray(faithfulness, dtype=np.float64)
+    return trapezoid_area(fractions, f), trapezoid_area(fractions, np.abs(1.0 - f))
+
+
+@dataclass(frozen=True)
+class MIBScore:
+    """A scoring's faithfulness curve and its areas.
+
+    ``budgets[i]`` edges were asked for at ``fractions[i]``, ``kept[i]`` remained after pruning;
+    ``m`` the circuits' logit differences, ``faithfulness`` their f; ``m_empty`` and ``m_full``
+    the empty and full circuits' (the counterfactual and the clean run).
+    """
+
+    fractions: tuple[float, ...]
+    budgets: tuple[int, ...]
+    kept: tuple[int, ...]
+    m: tuple[float, ...]
+    faithfulness: tuple[float, ...]
+    m_empty: float
+    m_full: float
+    n_edges: int
+    cpr: float
+    cmd: float
+
+
+def faithfulness(m: float, m_empty: float, m_full: float) -> float:
+    """f = (m - m_empty) / (m_full - m_empty); ValueError when the counterfactual leaves the
+    metric unchanged (``m_full == m_empty``)."""
+    if m_full == m_empty:
+        raise ValueError(
+            f"the full and empty circuits give the same metric ({m_full}): the counterfactual "
+            "does not change the logit difference, so faithfulness is undefined"
+        )
+    return (m - m_empty) / (m_full - m_empty)
+
+
+def mib_score(
+    model: HookedTransformer,
+    tokens: TaskTokens,
+    scores: Mapping[tuple[str, str], float],
+    fractions: Sequence[float] = MIB_FRACTIONS,
+    *,
+    batch_size: int | None = None,
+    memory_gib: float = DEFAULT_PASS_GIB,
+) -> MIBScore:
+    """MIB's faithfulness curve, CPR and CMD of an edge scoring on ``tokens`` (module docstring).
+
+    ``scores`` are keyed by MIB edges or node edges (:func:`expand_scores`): EAP's, EAP-IG's
+    (:class:`~circuitlasso.evaluation.eap.AttributionResult`, its ``scores`` or ``slot_scores``)
+    or CircuitLasso's; a ranked list of edges through :func:`ranking_scores`.
+    """
+    fracs = tuple(float(x) for x in fractions)
+    if not all(0 < x <= 1 for x in fracs):
+        raise ValueError(f"fractions must lie in (0, 1], got {fracs}")
+    edges = mib_edges(model)
+    n_edges = len(edges)
+
+    def m(circuit: Collection[SlotEdge]) -> float:
+        return circuit_logit_diff(model, tokens, circuit, batch_size, memory_gib)
+
+    m_empty, m_full = m(()), m(edges)
+    budgets, kept, values = [], [], []
+    for fraction in fracs:
+        n = int(fraction * n_edges)  # MIB's rounding
+        circuit = top_edges(model, scores, n)
+        budgets.append(n)
+        kept.append(len(circuit))
+        values.append(m(circuit))
+    f = [faithfulness(v, m_empty, m_full) for v in values]
+    cpr, cmd = cpr_cmd(fracs, f)
+    return MIBScore(
+        fractions=fracs,
+        budgets=tuple(budgets),
+        kept=tuple(kept),
+        m=tuple(values),
+        faithfulness=tuple(f),
+        m_empty=m_empty,
+        m_full=m_full,
+        n_edges=n_edges,
+        cpr=cpr,
+        cmd=cmd,
+    )
+
+
+def ranking_scores(ranked: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+    """Scores that rank ``ranked`` edges (MIB or node edges) first to last: ``len - position``;
+    ValueError on a repeated edge."""
+    if len(set(ranked)) != len(ranked):
+        raise ValueError("the ranking lists an edge twice")
+    return {edge: float(len(ranked) - i) for i, edge in enumerate(ranked)}
