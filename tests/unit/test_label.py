@@ -22,10 +22,13 @@ from transformer_lens import HookedTransformer
 from circuitlasso.circuits.interpret import (
     features_token_values,
     features_top_tokens,
+    layers_token_values,
+    nodes_top_activations,
     nodes_top_tokens,
     perturb,
     single_token_replacements,
     token_values,
+    top_activations,
     top_prompts,
     top_tokens,
 )
@@ -168,7 +171,9 @@ def test_a_model_without_bos_keeps_its_first_token(
 
 @pytest.mark.parametrize("feature", [-1, D_SAE])
 def test_token_values_rejects_unknown_feature(model, sae, feature: int) -> None:
-    with pytest.raises(ValueError, match=f"feature {feature} out of range: the SAE has 48"):
+    with pytest.raises(
+        ValueError, match=f"feature {feature} out of range: the SAE on .* has 48 features"
+    ):
         token_values(model, sae, feature, [model.to_tokens("Hello")[0]])
 
 
@@ -274,6 +279,37 @@ def test_features_top_tokens_are_each_features_own(model, sae, per_token, Z) -> 
     nodes = nodes_top_tokens(model, {1: sae}, [(1, f) for f in features], PROMPTS, {1: Z},
                              n_prompts=3, n_activations=4)  # fmt: skip
     assert nodes == {(1, f): got[f] for f in features}
+
+
+def test_nodes_top_tokens_of_two_layers_are_each_layers_own(model, sae, Z) -> None:
+    # one model run reads both layers: each layer's counts are those of that layer alone
+    sae0 = standard_sae("blocks.0.hook_resid_post", seed=3)
+    per_token0 = [reference(model, sae0, model.to_tokens(p)[0]) for p in PROMPTS]
+    Z0 = sp.csr_matrix(np.array([v.mean(0) for v in per_token0]))
+    features = {0: [1, 4, 9], 1: list(range(0, D_SAE, 5))}
+    nodes = [(layer, f) for layer, chosen in features.items() for f in chosen]
+    got = nodes_top_tokens(model, {0: sae0, 1: sae}, nodes, PROMPTS, {0: Z0, 1: Z},
+                           n_prompts=3, n_activations=4, verify=True)  # fmt: skip
+    for layer, layer_sae, layer_Z in ((0, sae0, Z0), (1, sae, Z)):
+        alone = features_top_tokens(model, layer_sae, features[layer], PROMPTS, layer_Z,
+                                    n_prompts=3, n_activations=4)  # fmt: skip
+        assert {f: got[(layer, f)] for f in features[layer]} == alone
+    assert sum(bool(got[(0, f)]) for f in features[0]) >= 1
+    activations = nodes_top_activations(model, {0: sae0, 1: sae}, nodes, PROMPTS, {0: Z0, 1: Z},
+                                        n=3, verify=True)  # fmt: skip
+    for layer, layer_sae, layer_Z in ((0, sae0, Z0), (1, sae, Z)):
+        for f in features[layer]:
+            alone = top_activations(model, layer_sae, f, PROMPTS, layer_Z, n=3)
+            both = activations[(layer, f)]
+            assert [(a.row, a.tokens, a.mean) for a in both] == [
+                (a.row, a.tokens, a.mean) for a in alone
+            ]
+            for a, b in zip(alone, both, strict=True):
+                np.testing.assert_allclose(b.values, a.values, rtol=1e-5, atol=1e-6)
+    tokens = [model.to_tokens(p)[0] for p in PROMPTS]
+    values = layers_token_values(model, {0: sae0, 1: sae}, features, tokens, batch_size=2)
+    for i, ref in enumerate(per_token0):
+        np.testing.assert_allclose(values[0][i], ref[:, features[0]], rtol=1e-5, atol=1e-6)
 
 
 def test_features_token_values_in_small_batches_match_each_prompt_alone(model, sae) -> None:

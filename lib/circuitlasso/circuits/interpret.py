@@ -55,31 +55,50 @@ def features_token_values(
     batch_size: int = 64,
 ) -> list[np.ndarray]:
     """:func:`token_values` of several features at once: per prompt ``(T_i, F)``, column ``j``
-    feature ``features[j]``. The prompts run ``batch_size`` at a time, shortest first, each
-    batch right-padded (which the model does not attend to) and encoded once."""
-    for feature in features:
-        if not 0 <= feature < sae.cfg.d_sae:
-            raise ValueError(
-                f"feature {feature} out of range: the SAE has {sae.cfg.d_sae} features"
-            )
-    hook = str(sae.cfg.metadata.hook_name)
-    stop = stop_at_layer([hook])
+    feature ``features[j]`` (:func:`layers_token_values` of one SAE)."""
+    return layers_token_values(model, {0: sae}, {0: features}, tokens, batch_size)[0]
+
+
+@torch.no_grad()
+def layers_token_values(
+    model: Model,
+    saes: Mapping[int, SAE],
+    features: Mapping[int, Sequence[int]],
+    tokens: Sequence[torch.Tensor],
+    batch_size: int = 64,
+) -> dict[int, list[np.ndarray]]:
+    """Per key of ``features`` (a layer), the values of its ``features[layer]`` in the SAE
+    ``saes[layer]`` at each prompt's real tokens: per prompt ``(T_i, F_layer)``, column ``j``
+    feature ``features[layer][j]``. One model run serves every layer: the prompts run
+    ``batch_size`` at a time, shortest first, each batch right-padded (which the model does not
+    attend to), every layer's activation read from it and encoded once."""
+    for layer, wanted in features.items():
+        for feature in wanted:
+            if not 0 <= feature < saes[layer].cfg.d_sae:
+                raise ValueError(
+                    f"feature {feature} out of range: the SAE on "
+                    f"{saes[layer].cfg.metadata.hook_name!r} has {saes[layer].cfg.d_sae} features"
+                )
+    hooks = {layer: str(saes[layer].cfg.metadata.hook_name) for layer in features}
+    stop = stop_at_layer(list(hooks.values()))
     pad = model.tokenizer.pad_token_id if model.tokenizer is not None else None
-    columns = torch.as_tensor(list(features), dtype=torch.long)
+    columns = {layer: torch.as_tensor(list(f), dtype=torch.long) for layer, f in features.items()}
     order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-    values: list[np.ndarray] = [np.empty(0)] * len(tokens)
+    values: dict[int, list[np.ndarray]] = {layer: [np.empty(0)] * len(tokens) for layer in hooks}
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         width = max(len(tokens[i]) for i in rows)
         batch = torch.full((len(rows), width), pad if pad is not None else 0, dtype=torch.long)
         for row, i in enumerate(rows):
             batch[row, : len(tokens[i])] = tokens[i]
-        activations = hook_activations(model, batch, [hook], stop_at_layer=stop)[hook]
-        encoded = sae.encode(activations)[..., columns.to(activations.device)]
-        encoded = encoded.float().cpu()  # on the model's device until here
-        for row, i in enumerate(rows):
-            ids = tokens[i]
-            values[i] = encoded[row, : len(ids)][_real(model, ids)].numpy()
+        saved = hook_activations(model, batch, sorted(set(hooks.values())), stop_at_layer=stop)
+        real = [_real(model, tokens[i]) for i in rows]
+        for layer, hook in hooks.items():
+            activations = saved[hook]
+            encoded = saes[layer].encode(activations)[..., columns[layer].to(activations.device)]
+            encoded = encoded.float().cpu()  # on the model's device until here
+            for row, i in enumerate(rows):
+                values[layer][i] = encoded[row, : len(tokens[i])][real[row]].numpy()
     return values
 
 
@@ -175,15 +194,35 @@ def top_activations(
     feature's value at each real token. ``verify``: check that these prompts are the rows of
     ``Z`` they stand for (:func:`check_token_means`, at no extra cost: the per-token values are
     computed anyway); off by default, as ``Z`` may also be any ranking of the prompts."""
-    column, order = _top_rows(prompts, Z, feature, n)
-    tokens = [prompt_ids(model, prompts[i]) for i in order]
-    values = token_values(model, sae, feature, tokens)
-    if verify:
-        check_token_means(model, sae, feature, column, order, values)
-    return [
-        Activation(int(i), [w.strip() for w in _words(model, ids)], vals, float(column[i]))
-        for i, ids, vals in zip(order, tokens, values, strict=True)
-    ]
+    return nodes_top_activations(model, {0: sae}, [(0, feature)], prompts, {0: Z}, n,
+                                 verify=verify)[(0, feature)]  # fmt: skip
+
+
+def nodes_top_activations(
+    model: Model,
+    saes: Mapping[int, SAE],
+    nodes: Iterable[tuple[int, int]],
+    prompts: Sequence[str],
+    Z: Mapping[int, Features],
+    n: int = 8,
+    *,
+    verify: bool = False,
+) -> dict[tuple[int, int], list[Activation]]:
+    """:func:`top_activations` of each ``(layer, feature)`` node (``saes[layer]``,
+    ``Z[layer]``), with one model run over the union of every node's top prompts."""
+    top = _NodesTopValues(model, saes, nodes, prompts, Z, n, verify)
+    return {
+        node: [
+            Activation(
+                int(i),
+                [str(w).strip() for w in top.words[top.place[int(i)]]],
+                vals,
+                float(column[i]),
+            )  # fmt: skip
+            for i, vals in zip(order, top.values[node], strict=True)
+        ]
+        for node, (column, order) in top.tops.items()
+    }
 
 
 def top_prompts(
@@ -255,25 +294,12 @@ def features_top_tokens(
     verify: bool = False,
 ) -> dict[int, Counter[str]]:
     """:func:`top_tokens` of each of ``features`` (of one SAE), with one model run over the
-    union of their top prompts."""
-    tops = {int(f): _top_rows(prompts, Z, int(f), n_prompts) for f in features}
-    rows = sorted({int(i) for _, order in tops.values() for i in order})
-    place = {i: k for k, i in enumerate(rows)}
-    tokens = [prompt_ids(model, prompts[i]) for i in rows]
-    needed = [f for f, (_, order) in tops.items() if len(order)]
-    values = features_token_values(model, sae, needed, tokens)
-    words = [np.array(_words(model, ids), dtype=object) for ids in tokens]
-    counts: dict[int, Counter[str]] = {f: Counter() for f in tops}
-    for j, feature in enumerate(needed):
-        column, order = tops[feature]
-        own = [values[place[int(i)]][:, j] for i in order]
-        if verify:
-            check_token_means(model, sae, feature, column, order, own)
-        own_words = np.concatenate([words[place[int(i)]] for i in order])
-        flat = np.concatenate(own)
-        best = np.argsort(-flat, kind="stable")[:n_activations]
-        counts[feature] = Counter(str(w).strip() for w in own_words[best[flat[best] > 0]])
-    return counts
+    union of their top prompts (:func:`nodes_top_tokens` of one layer)."""
+    nodes = nodes_top_tokens(
+        model, {0: sae}, [(0, int(f)) for f in features], prompts, {0: Z}, n_prompts=n_prompts,
+        n_activations=n_activations, verify=verify,
+    )  # fmt: skip
+    return {feature: counts for (_, feature), counts in nodes.items()}
 
 
 def nodes_top_tokens(
@@ -288,18 +314,57 @@ def nodes_top_tokens(
     verify: bool = False,
 ) -> dict[tuple[int, int], Counter[str]]:
     """:func:`top_tokens` of each ``(layer, feature)`` node (``saes[layer]``, ``Z[layer]``),
-    one :func:`features_top_tokens` per layer."""
-    by_layer: dict[int, list[int]] = {}
-    for layer, feature in nodes:
-        by_layer.setdefault(int(layer), []).append(int(feature))
-    return {
-        (layer, feature): counts
-        for layer, features in by_layer.items()
-        for feature, counts in features_top_tokens(
-            model, saes[layer], features, prompts, Z[layer], n_prompts=n_prompts,
-            n_activations=n_activations, verify=verify,
-        ).items()
-    }  # fmt: skip
+    with one model run over the union of every node's top prompts."""
+    top = _NodesTopValues(model, saes, nodes, prompts, Z, n_prompts, verify)
+    counts: dict[tuple[int, int], Counter[str]] = {}
+    for node, (_, order) in top.tops.items():
+        if not len(order):
+            counts[node] = Counter()
+            continue
+        own_words = np.concatenate([top.words[top.place[int(i)]] for i in order])
+        flat = np.concatenate(top.values[node])
+        best = np.argsort(-flat, kind="stable")[:n_activations]
+        counts[node] = Counter(str(w).strip() for w in own_words[best[flat[best] > 0]])
+    return counts
+
+
+class _NodesTopValues:
+    """Each ``(layer, feature)`` node's ``n`` top rows of ``Z[layer]`` (``tops[node]``: the
+    column ``(M,)`` and the rows, largest first) and its values at their real tokens
+    (``values[node]``: one ``(T_i,)`` array per top row), from one model run over the union of
+    the top prompts (:func:`layers_token_values`); ``words[place[row]]``: that prompt's real
+    tokens. ``verify``: :func:`check_token_means` of every node."""
+
+    def __init__(
+        self,
+        model: Model,
+        saes: Mapping[int, SAE],
+        nodes: Iterable[tuple[int, int]],
+        prompts: Sequence[str],
+        Z: Mapping[int, Features],
+        n: int,
+        verify: bool,
+    ) -> None:
+        self.tops = {
+            (int(layer), int(feature)): _top_rows(prompts, Z[int(layer)], int(feature), n)
+            for layer, feature in nodes
+        }
+        rows = sorted({int(i) for _, order in self.tops.values() for i in order})
+        self.place = {i: k for k, i in enumerate(rows)}
+        tokens = [prompt_ids(model, prompts[i]) for i in rows]
+        needed: dict[int, list[int]] = {}
+        for (layer, feature), (_, order) in self.tops.items():
+            if len(order):
+                needed.setdefault(layer, []).append(feature)
+        values = layers_token_values(model, saes, needed, tokens)
+        self.words = [np.array(_words(model, ids), dtype=object) for ids in tokens]
+        self.values: dict[tuple[int, int], list[np.ndarray]] = {}
+        for node, (column, order) in self.tops.items():
+            layer, feature = node
+            j = needed[layer].index(feature) if len(order) else 0
+            self.values[node] = [values[layer][self.place[int(i)]][:, j] for i in order]
+            if verify and len(order):
+                check_token_means(model, saes[layer], feature, column, order, self.values[node])
 
 
 def _replacement_id(model: Model, ids: torch.Tensor, index: int, text: str) -> int:

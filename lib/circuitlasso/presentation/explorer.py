@@ -151,13 +151,19 @@ def explorer_data(
     if not set(layers) <= set(saes):
         raise ValueError(f"the circuit has layers {layers}, saes only {sorted(saes)}")
     coef = np.asarray(fit.coef).reshape(len(fit.coef), -1)
-    nodes = []
+    located = {}
     for node, data in circuit.nodes(data=True):
         layer, feature = int(data["layer"]), int(data["feature"])
         if node != node_name(layer, feature):
             raise ValueError(f"node {node} should be named {node_name(layer, feature)}")
-        top = interpret.top_activations(model, saes[layer], feature, prompts, Z[layer],
-                                        n=sentences)  # fmt: skip
+        located[node] = (layer, feature)
+    tops = interpret.nodes_top_activations(
+        model, saes, located.values(), prompts, Z, n=sentences
+    )  # one model run for every node's top prompts
+    nodes = []
+    for node, data in circuit.nodes(data=True):
+        layer, feature = located[node]
+        top = tops[(layer, feature)]
         tokens = [[str(t), int(c)] for t, c in data["top_tokens"].items()]
         nodes.append(
             {
