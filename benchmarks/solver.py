@@ -26,15 +26,26 @@ skglm stops on KKT violation instead, so it gets tol * lam_j as that bound. Ever
 achieved gap is then recomputed here with one function, from its coefficients. For the logistic
 problem every method's objective is recomputed here and compared with the best one found.
 
+A randomized shape sweep (`--sweep N --seed S`) replaces the fixed problems: N shapes drawn
+from S, each the "sae" problem's generator at p = d from 8k to 48k features, M from 2k to 16k
+rows, 16 to 400 active features per row, a power-law or uniform feature frequency and tol 1e-4
+or 1e-6 (`--tol` overrides the drawn one); ours on `--sweep-outputs` random outputs, the peers on
+`--peer-outputs` of them, as for "sae". `--scale f` multiplies p and M by f (active per row
+capped at p / 8), for a quick run. Prints one row per shape and one JSON line: the smallest and
+median speedup against the best peer, the largest multiple of the X^T Y floor, every row.
+A peer that is not installed is skipped with a note.
+
 Run: python benchmarks/solver.py [--problems neurons sae dense logistic] [--sae-outputs N]
      [--dense-active 64 200 400] [--dense-outputs 24576 24576 24576] [--memory-gib 8]
-     [--peer-outputs N] [--threads 2] [--device cpu]
+     [--peer-outputs N] [--threads 2] [--device cpu] [--tol 1e-6]
+     python benchmarks/solver.py --sweep N [--seed S] [--sweep-outputs 1024] [--scale 1]
 Prints the tables, then one JSON line with the headline figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import time
 import warnings
@@ -97,20 +108,43 @@ def relative_gap(
     return (primal - (s * yr - s * s * rr / 2)) / (y @ y / M)
 
 
-def _peers(tol: float) -> dict[str, Callable[[float], object]]:
-    import celer
-    import skglm
-    from sklearn.linear_model import Lasso
+PEER_MODULES = {"scikit-learn": "sklearn", "celer": "celer", "skglm": "skglm"}
 
-    return {
-        "scikit-learn": lambda lam: Lasso(
+
+def installed_peers(names: list[str]) -> list[str]:
+    """The peers of `names` whose package is installed; a note for each one that is not."""
+    found = []
+    for name in names:
+        module = PEER_MODULES.get(name)
+        if module is not None and importlib.util.find_spec(module) is None:
+            print(f"note: {name} is not installed ({module}); skipped")
+        else:
+            found.append(name)
+    return found
+
+
+def _peers(tol: float) -> dict[str, Callable[[float], object]]:
+    """Each installed peer's model factory (lam -> unfitted Lasso) at `tol`."""
+    makers: dict[str, Callable[[float], object]] = {}
+    if importlib.util.find_spec("sklearn") is not None:
+        from sklearn.linear_model import Lasso
+
+        makers["scikit-learn"] = lambda lam: Lasso(
             alpha=lam, fit_intercept=False, tol=tol, max_iter=100_000
-        ),
-        "celer": lambda lam: celer.Lasso(alpha=lam, fit_intercept=False, tol=tol, max_iter=1000),
-        "skglm": lambda lam: skglm.Lasso(
+        )
+    if importlib.util.find_spec("celer") is not None:
+        import celer
+
+        makers["celer"] = lambda lam: celer.Lasso(
+            alpha=lam, fit_intercept=False, tol=tol, max_iter=1000
+        )
+    if importlib.util.find_spec("skglm") is not None:
+        import skglm
+
+        makers["skglm"] = lambda lam: skglm.Lasso(
             alpha=lam, fit_intercept=False, tol=tol * lam, max_iter=1000
-        ),
-    }
+        )
+    return makers
 
 
 def time_peer(
@@ -148,10 +182,20 @@ def support_f1(estimate: sp.spmatrix, truth: sp.spmatrix) -> float:
     return 2 * tp / max(est.nnz + true.nnz, 1)
 
 
+HEADLINE_KEYS = (
+    "speedup_vs_best_peer",
+    "ms_per_output",
+    "layer_pair_seconds",
+    "added_gib",
+    "support_f1",
+    "rel_objective_diff",
+)
+
+
 def run_sae(args: argparse.Namespace) -> dict[str, float]:
     """The "sae" problem: p = d = 32768 at 64 active per row."""
     figures = run_sae_like(args, "sae", 32768, 64, args.sae_outputs)
-    return {f"sae_{key}": value for key, value in figures.items()}
+    return {f"sae_{key}": figures[key] for key in HEADLINE_KEYS}
 
 
 def run_dense(args: argparse.Namespace) -> dict[str, float]:
@@ -161,16 +205,29 @@ def run_dense(args: argparse.Namespace) -> dict[str, float]:
     figures = {}
     for active, outputs in zip(args.dense_active, args.dense_outputs, strict=True):
         found = run_sae_like(args, f"dense{active}", 24576, active, outputs)
-        figures.update({f"dense{active}_{key}": value for key, value in found.items()})
+        figures.update({f"dense{active}_{key}": found[key] for key in HEADLINE_KEYS})
     return figures
 
 
 def run_sae_like(
-    args: argparse.Namespace, name: str, p: int, active_per_row: int, n_outputs: int
+    args: argparse.Namespace,
+    name: str,
+    p: int,
+    active_per_row: int,
+    n_outputs: int,
+    M: int | None = None,
+    frequency: str = "power-law",
 ) -> dict[str, float]:
-    """Ours on `n_outputs` random outputs of `sae_like_problem(p=d=p, active_per_row)`, the
-    peers on a subset of them; prints the table and returns the headline figures."""
-    X, Y, A = sae_like_problem(p=p, d=p, active_per_row=active_per_row, seed=args.seed)
+    """Ours on `n_outputs` random outputs of `sae_like_problem(M, p=d=p, active_per_row)`, the
+    peers on a subset of them; prints the table and returns the headline figures, each peer's
+    ms per output (`ms_per_output_<peer>`) and ours as a multiple of the X^T Y floor.
+
+    `M=None` is the generator's default (8551); `frequency`: its feature frequency law.
+    """
+    size: dict[str, Any] = {} if M is None else {"M": M}
+    X, Y, A = sae_like_problem(
+        p=p, d=p, active_per_row=active_per_row, seed=args.seed, frequency=frequency, **size
+    )
     M = X.shape[0]
     d = min(n_outputs, Y.shape[1])
     rng = np.random.default_rng(args.seed)
@@ -259,6 +316,10 @@ def run_sae_like(
         "added_gib": added,
         "support_f1": f1,
         "rel_objective_diff": rel_diff,
+        "over_xty_floor": seconds / floor,
+        "M": M,
+        "active_per_row": X.nnz / M,
+        **{f"ms_per_output_{peer}": 1000 * sec for peer, sec in per_output.items()},
     }
 
 
@@ -486,7 +547,94 @@ def run_logistic(args: argparse.Namespace) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
+SWEEP_P = (8192, 49152)
+SWEEP_M = (2048, 16384)
+SWEEP_ACTIVE = (16, 400)
+SWEEP_LAWS = ("power-law", "uniform")
+SWEEP_TOLS = (1e-4, 1e-6)
+
+
+def draw_shapes(n: int, seed: int, scale: float = 1.0) -> list[dict[str, Any]]:
+    """`n` random shapes of the sweep, seeded by `seed`: p and M log-uniform in their ranges
+    (times `scale`, at least 16 features and 16 rows), active features per row log-uniform from
+    16 to 400 (capped at p / 8), a frequency law and a tolerance each with probability 1/2, and
+    the seed of each shape's problem."""
+    rng = np.random.default_rng(seed)
+
+    def log_uniform(lo: int, hi: int) -> int:
+        return int(round(np.exp(rng.uniform(np.log(lo), np.log(hi)))))
+
+    shapes = []
+    for _ in range(n):
+        p = max(16, int(round(log_uniform(*SWEEP_P) * scale)))
+        M = max(16, int(round(log_uniform(*SWEEP_M) * scale)))
+        active = min(log_uniform(*SWEEP_ACTIVE), max(1, p // 8))
+        shapes.append(
+            {
+                "p": p,
+                "M": M,
+                "active_per_row": active,
+                "frequency": SWEEP_LAWS[int(rng.integers(2))],
+                "tol": SWEEP_TOLS[int(rng.integers(2))],
+                "seed": int(rng.integers(2**31)),
+            }
+        )
+    return shapes
+
+
+def run_sweep(args: argparse.Namespace) -> dict[str, Any]:
+    """Ours and the peers on `args.sweep` random shapes (`draw_shapes`); prints the table and
+    returns the summary: smallest and median speedup against the best peer, largest multiple of
+    the X^T Y floor, and each shape's row."""
+    shapes = draw_shapes(args.sweep, args.seed, args.scale)
+    # one untimed solve first, as the peers get one: compilation on first use is not solving time
+    X, Y, _ = sae_like_problem(M=64, p=64, d=4, active_per_row=4, seed=0)
+    lasso(X, Y, 0.05 * lam_max(X, Y, dtype=torch.float32).numpy(), tol=1e-4, device=args.device)
+    rows = []
+    for i, shape in enumerate(tqdm(shapes, desc="sweep")):
+        tol = args.tol if args.tol is not None else shape["tol"]
+        shape_args = argparse.Namespace(**{**vars(args), "tol": tol, "seed": shape["seed"]})
+        found = run_sae_like(
+            shape_args,
+            f"sweep{i}",
+            shape["p"],
+            shape["active_per_row"],
+            args.sweep_outputs,
+            M=shape["M"],
+            frequency=shape["frequency"],
+        )
+        row = {
+            "p": shape["p"],
+            "M": shape["M"],
+            "active_per_row": shape["active_per_row"],
+            "measured_active_per_row": round(found["active_per_row"], 1),
+            "frequency": shape["frequency"],
+            "tol": tol,
+            "ms_per_output_ours": found["ms_per_output"],
+            **{k: v for k, v in found.items() if k.startswith("ms_per_output_")},
+            "speedup_vs_best_peer": found["speedup_vs_best_peer"],
+            "over_xty_floor": found["over_xty_floor"],
+        }
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    print(f"\n== sweep: {len(shapes)} shapes, seed {args.seed}, scale {args.scale:g} ==")
+    print(table.to_string(float_format=lambda v: f"{v:.3g}"))
+    speedups = np.array([row["speedup_vs_best_peer"] for row in rows], dtype=np.float64)
+    measured = speedups[np.isfinite(speedups)]
+    return {
+        "min_speedup_vs_best_peer": float(measured.min()) if measured.size else float("nan"),
+        "median_speedup_vs_best_peer": float(np.median(measured))
+        if measured.size
+        else float("nan"),
+        "max_over_xty_floor": max(row["over_xty_floor"] for row in rows),
+        "shapes": [
+            {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in row.items()}
+            for row in rows
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -508,11 +656,20 @@ def main() -> None:
     parser.add_argument("--memory-gib", type=float, default=8.0, help="our memory budget")
     parser.add_argument("--device", default="cpu", help="where ours runs (cpu, cuda)")
     parser.add_argument("--peers", nargs="*", default=["scikit-learn", "celer", "skglm"])
-    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument(
+        "--tol", type=float, default=None, help="1e-6 by default; with --sweep, overrides the draw"
+    )
     parser.add_argument(
         "--threads", type=int, default=2, help="torch threads (the target is 2 cores)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sweep", type=int, default=0, help="random shapes (0: no sweep)")
+    parser.add_argument(
+        "--sweep-outputs", type=int, default=1024, help="outputs solved by ours per sweep shape"
+    )
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiplies the sweep's p and M (quick runs)"
+    )
     parser.add_argument(
         "--problems",
         nargs="*",
@@ -523,8 +680,15 @@ def main() -> None:
     parser.add_argument("--logistic-tol", type=float, default=1e-4)
     parser.add_argument("--logistic-peers", nargs="*", default=["liblinear", "saga"])
     parser.add_argument("--logistic-max-iter", type=int, default=1000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    args.peers = installed_peers(args.peers)
+    if args.sweep:
+        summary = run_sweep(args)
+        print(json.dumps(summary))
+        return
+    if args.tol is None:
+        args.tol = 1e-6
     figures: dict[str, float] = {}
     if "neurons" in args.problems:
         figures.update(run_neurons(args))

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from circuitlasso.data.toyworld import grammar
+from circuitlasso.data.toyworld import lexicon
 from circuitlasso.evaluation.debias import (
     Comparison,
     ablation_table,
@@ -175,7 +175,7 @@ def test_rule_vs_truth_counts_calls_against_both_ground_truths() -> None:
 
 
 def test_toy_name_coverage_counts_the_names_the_swap_changes() -> None:
-    names = set(grammar.MALE_NAMES) | set(grammar.FEMALE_NAMES)
+    names = set(lexicon.MALE_NAMES) | set(lexicon.FEMALE_NAMES)
     swapped = [name for name in names if gender_swap(name) != name]
     assert toy_name_coverage() == (len(swapped), len(names))
     assert 0 < len(swapped) < len(names)  # measured: 38 of 80

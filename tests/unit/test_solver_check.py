@@ -62,3 +62,17 @@ def test_planted_problem_and_bad_inputs():
         solver_check.compare_with_sklearn(X, Y[:, 0])
     with pytest.raises(ValueError, match="lam_ratio"):
         solver_check.compare_with_sklearn(X, Y, lam_ratio=1.5)
+
+
+def test_sae_like_problem_draws_the_frequency_law_asked_for():
+    counts = {}
+    for law in ("power-law", "uniform"):
+        X, _, _ = solver_check.sae_like_problem(
+            M=2000, p=400, d=8, active_per_row=20, frequency=law
+        )
+        assert abs(X.getnnz(axis=1).mean() - 20) < 1.5  # the density asked for, either way
+        counts[law] = np.sort(X.getnnz(axis=0))[::-1]
+    # power law: the top features fire on a quarter of the rows; uniform: every one on ~5 %
+    assert counts["power-law"][0] > 400 and counts["uniform"][0] < 160
+    with pytest.raises(ValueError, match="frequency"):
+        solver_check.sae_like_problem(M=10, p=10, d=2, active_per_row=2, frequency="zipf")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from circuitlasso.data.toyworld import grammar
+from circuitlasso.data.toyworld import biographies, grammar, lexicon
 from circuitlasso.data.toyworld.datasets import (
     PARAGRAPH_SENTENCES,
     PARAGRAPH_WORDS,
@@ -201,7 +201,7 @@ def test_binding_and_agreement_violations_break_nothing_else(cola: pd.DataFrame)
 
 def test_no_unacceptable_sentence_is_generated_as_acceptable(cola: pd.DataFrame) -> None:
     rng = np.random.default_rng(7)
-    acceptable = {grammar.render(grammar.acceptable_sentence(rng)) for _ in range(30_000)}
+    acceptable = {lexicon.render(grammar.acceptable_sentence(rng)) for _ in range(30_000)}
     assert acceptable.isdisjoint(cola.loc[cola["label"] == 0, "sentence"])
 
 
@@ -285,11 +285,11 @@ def test_biographies_carry_gender_and_profession_where_planted(
 def test_generators_are_deterministic_given_the_seed() -> None:
     def sample(seed: int) -> list[str]:
         rng = np.random.default_rng(seed)
-        sentences = [grammar.render(grammar.acceptable_sentence(rng)) for _ in range(50)]
+        sentences = [lexicon.render(grammar.acceptable_sentence(rng)) for _ in range(50)]
         sentences += [
-            grammar.render(grammar.unacceptable_sentence(rng, v)) for v in grammar.VIOLATIONS
+            lexicon.render(grammar.unacceptable_sentence(rng, v)) for v in grammar.VIOLATIONS
         ]
-        return sentences + [grammar.biography(rng, "nurse", "female")]
+        return sentences + [biographies.biography(rng, "nurse", "female")]
 
     assert sample(3) == sample(3)
     assert sample(3) != sample(4)
@@ -331,9 +331,9 @@ def test_loaders_return_copies_and_reject_bad_names() -> None:
     with pytest.raises(ValueError, match="violation 'tense'"):
         grammar.unacceptable_sentence(np.random.default_rng(0), "tense")
     with pytest.raises(ValueError, match="profession 'pilot'"):
-        grammar.biography(np.random.default_rng(0), "pilot", "male")
+        biographies.biography(np.random.default_rng(0), "pilot", "male")
     with pytest.raises(ValueError, match="gender_told must lie in \\[0, 1\\], got 1.5"):
-        grammar.BiographyCues(gender_told=1.5)
+        biographies.BiographyCues(gender_told=1.5)
 
 
 def test_categories_are_in_the_vocabulary_and_in_the_data(

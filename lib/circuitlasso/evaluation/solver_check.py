@@ -122,22 +122,29 @@ def sae_like_problem(
     active_per_row: int = 64,
     active_outputs_per_row: float = 30,
     seed: int = 0,
+    frequency: str = "power-law",
 ) -> tuple[sp.csr_matrix, sp.csc_matrix, sp.csc_matrix]:
     """X (M, p) CSR, Y (M, d) CSC, planted A (p, d) CSC, all float32 (A float64).
 
-    Feature k is active in each row independently with probability f_k, f_k proportional to
-    rank^-1 (capped at 0.25, scaled to `active_per_row` per row); values are 0.1 + Exp(1).
+    Feature k is active in each row independently with probability f_k: proportional to
+    rank^-1 (`frequency="power-law"`, capped at 0.25) or the same for every feature
+    ("uniform"), scaled to `active_per_row` per row; values are 0.1 + Exp(1).
     Output j has 1 + Poisson(2) parents with weights +-U(0.5, 1.5) (80 % positive). Y is
     ReLU(X A + noise on the nonzeros - b_j), with b_j keeping the top share of output j's
     positive pre-activations that leaves about `active_outputs_per_row` active outputs per row.
     """
+    if frequency not in ("power-law", "uniform"):
+        raise ValueError(f"frequency is 'power-law' or 'uniform', got {frequency!r}")
     rng = np.random.default_rng(seed)
-    ranks = np.arange(1, p + 1, dtype=np.float64)
-    lo, hi = 1e-6, 1e3
-    for _ in range(100):  # bisection for the scale giving `active_per_row` actives per row
-        c = np.sqrt(lo * hi)
-        lo, hi = (c, hi) if np.minimum(c / ranks, 0.25).sum() < active_per_row else (lo, c)
-    freq = rng.permutation(np.minimum(c / ranks, 0.25))
+    if frequency == "uniform":
+        freq = np.full(p, min(active_per_row / p, 0.25))
+    else:
+        ranks = np.arange(1, p + 1, dtype=np.float64)
+        lo, hi = 1e-6, 1e3
+        for _ in range(100):  # bisection for the scale giving `active_per_row` actives per row
+            c = np.sqrt(lo * hi)
+            lo, hi = (c, hi) if np.minimum(c / ranks, 0.25).sum() < active_per_row else (lo, c)
+        freq = rng.permutation(np.minimum(c / ranks, 0.25))
     counts = rng.binomial(M, freq)
     cols = np.repeat(np.arange(p), counts)
     rows = np.concatenate([rng.choice(M, size=n, replace=False) for n in counts])

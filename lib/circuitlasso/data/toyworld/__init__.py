@@ -1,7 +1,7 @@
 """The toy world: a planted English-like language, a small language model and one SAE per layer.
 
 The heavy entry points (torch, TransformerLens, sae-lens) load on first use, so the language
-itself (``grammar``) imports in milliseconds.
+itself (``lexicon``, ``grammar``, ``biographies``) imports in milliseconds.
 """
 
 from __future__ import annotations

@@ -30,20 +30,22 @@ import numpy as np
 import pandas as pd
 
 from circuitlasso.data.concepts import dominant_concept
-from circuitlasso.data.toyworld.grammar import (
+from circuitlasso.data.toyworld.biographies import (
     GENDERS,
     PROFESSIONS,
     STANDARD_CUES,
+    BiographyCues,
+    biography,
+)
+from circuitlasso.data.toyworld.grammar import (
     VIOLATION_CATEGORIES,
     VIOLATIONS,
-    BiographyCues,
     acceptable_sentence,
-    biography,
     minimal_pair,
-    render,
     token_categories,
     unacceptable_sentence,
 )
+from circuitlasso.data.toyworld.lexicon import render
 
 __all__ = [
     "COLA_SPLIT_SIZES",

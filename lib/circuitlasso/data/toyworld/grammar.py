@@ -17,222 +17,65 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Literal, TypeVar
 
 import numpy as np
 
-T = TypeVar("T")
-Rng = np.random.Generator
-Gender = Literal["male", "female", "any", "neuter"]
-Tense = Literal["present", "past"]
+from circuitlasso.data.toyworld.biographies import (
+    FIELDS,
+    NURSE_WORDS,
+    PROFESSOR_WORDS,
+    WARDS,
+    biography_words,
+)
+from circuitlasso.data.toyworld.lexicon import (
+    ADJECTIVES,
+    ADVERBS,
+    ANIMATE_NOUNS,
+    AUXILIARIES,
+    BE_FORMS,
+    COMMUNICATION_VERBS,
+    DECLARATIVE_END,
+    DETERMINERS,
+    DO_FORMS,
+    DRINKING_VERBS,
+    DRINKS,
+    EATING_VERBS,
+    FEMALE_NAMES,
+    FEMALE_NOUNS,
+    FINITE_VERBS,
+    FOODS,
+    HUNGER,
+    LINKING_VERBS,
+    MALE_NAMES,
+    MALE_NOUNS,
+    OBJECT_PRONOUNS,
+    OF_ADJECTIVES,
+    PERSON_VERBS,
+    PLACES,
+    PREPOSITIONS,
+    QUESTION_END,
+    REFLEXIVES,
+    RESTING_VERBS,
+    SUBJECT_PRONOUNS,
+    THIRST,
+    TIRED,
+    WRONG_END,
+    Gender,
+    Noun,
+    Referent,
+    Rng,
+    Tense,
+    Verb,
+    agreeing_reflexives,
+    be_form,
+    mismatched_reflexives,
+    pick,
+    verb_form,
+    wrong_be_forms,
+    wrong_verb_forms,
+)
 
 VIOLATIONS = ("reflexive", "agreement", "punctuation", "word_order")
-
-MALE_NAMES = (
-    "john", "bill", "david", "tom", "james", "peter", "paul", "mark", "george", "henry",
-    "frank", "jack", "robert", "daniel", "edward", "oscar", "michael", "richard", "thomas",
-    "charles", "steven", "kevin", "brian", "jason", "eric", "adam", "ryan", "simon", "victor",
-    "martin", "alan", "walter", "arthur", "harry", "leo", "max", "hugo", "ivan", "felix", "carl",
-)  # fmt: skip
-FEMALE_NAMES = (
-    "mary", "anna", "sarah", "emma", "lucy", "kate", "jane", "alice", "susan", "laura",
-    "helen", "clara", "rose", "julia", "grace", "nora", "linda", "karen", "lisa", "nancy",
-    "betty", "sandra", "ruth", "emily", "hannah", "olivia", "sophia", "chloe", "amy", "megan",
-    "rachel", "diana", "ella", "fiona", "irene", "judy", "paula", "tina", "wendy", "maria",
-)  # fmt: skip
-
-REFLEXIVES = ("himself", "herself", "itself", "themselves", "myself")
-DETERMINERS = ("the", "a")
-DECLARATIVE_END = (".", "!")
-QUESTION_END = ("?",)
-WRONG_END = (",",)
-
-
-@dataclass(frozen=True)
-class Noun:
-    singular: str
-    plural: str
-    gender: Gender
-
-
-def _nouns(words: str, gender: Gender) -> tuple[Noun, ...]:
-    """Nouns from "sing/plur" or "sing" (regular plural) entries."""
-    nouns = []
-    for entry in words.split():
-        singular, _, plural = entry.partition("/")
-        nouns.append(Noun(singular, plural or singular + "s", gender))
-    return tuple(nouns)
-
-
-HUMAN_NOUNS = _nouns(
-    "teacher student doctor farmer driver painter lawyer baker soldier president writer singer "
-    "neighbor visitor pilot child/children person/people artist author banker butcher chef "
-    "clerk dancer editor engineer judge manager miner poet sailor tailor tourist worker",
-    "any",
-)
-MALE_NOUNS = _nouns("man/men boy king father son brother uncle husband prince", "male")
-FEMALE_NOUNS = _nouns(
-    "woman/women girl queen mother daughter sister aunt wife/wives bride", "female"
-)
-ANIMAL_NOUNS = _nouns(
-    "dog cat horse bird goat rabbit bear wolf/wolves mouse/mice fox/foxes cow duck lion tiger "
-    "monkey pig frog owl",
-    "neuter",
-)
-ANIMATE_NOUNS = HUMAN_NOUNS + MALE_NOUNS + FEMALE_NOUNS + ANIMAL_NOUNS
-FOODS = (
-    "bread", "soup", "apples", "rice", "cake", "cheese", "meat", "fruit", "pasta", "eggs",
-    "carrots", "potatoes", "beans", "cookies", "pizza", "salad", "noodles", "oranges", "grapes",
-    "chicken", "pie", "sandwiches", "berries", "honey", "porridge",
-)  # fmt: skip
-DRINKS = ("water", "milk", "tea", "juice", "coffee", "lemonade", "cocoa", "soda", "cider", "broth")
-PLACES = (
-    "kitchen", "park", "garden", "market", "station", "school", "river", "house", "library",
-    "office", "forest", "beach", "village", "church", "hall", "street", "farm", "harbor",
-    "museum", "bakery",
-)  # fmt: skip
-PREPOSITIONS = ("in", "at", "near")
-ADVERBS = (
-    "today", "yesterday", "again", "quickly", "slowly", "quietly", "often", "outside",
-    "loudly", "happily", "sadly", "early",
-)  # fmt: skip
-
-HUNGER = ("hungry", "starving", "famished", "ravenous")
-THIRST = ("thirsty", "parched")
-TIRED = ("tired", "weary", "sleepy", "exhausted", "drowsy", "fatigued")
-OTHER_ADJECTIVES = (
-    "happy", "sad", "angry", "calm", "proud", "nervous", "busy", "quiet", "lonely", "cheerful",
-    "brave", "worried", "bored", "upset", "ready", "curious", "honest", "polite", "rude", "shy",
-    "clever", "gentle", "jealous", "anxious", "eager", "friendly", "grumpy", "humble", "lazy",
-    "lucky", "loyal", "serious", "silly", "strict", "wise", "afraid", "glad", "scared",
-)  # fmt: skip
-ADJECTIVES = HUNGER + THIRST + TIRED + OTHER_ADJECTIVES
-OF_ADJECTIVES = TIRED[:2] + ("proud", "bored", "afraid", "scared", "jealous")  # "tired of them"
-
-COMMUNICATION_VERBS = (
-    "said", "whined", "claimed", "thought", "believed", "knew", "intoned", "complained",
-    "announced", "whispered", "insisted", "admitted", "shouted", "explained", "noticed",
-    "remarked", "suspected", "guessed", "declared", "hoped",
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Verb:
-    base: str
-    third: str
-    past: str
-
-
-def _verbs(entries: str) -> tuple[Verb, ...]:
-    """Verbs from "base/third/past" entries."""
-    return tuple(Verb(*entry.split("/")) for entry in entries.split())
-
-
-EATING_VERBS = _verbs(
-    "eat/eats/ate devour/devours/devoured chew/chews/chewed swallow/swallows/swallowed "
-    "munch/munches/munched nibble/nibbles/nibbled"
-)
-DRINKING_VERBS = _verbs("drink/drinks/drank sip/sips/sipped gulp/gulps/gulped")
-PERSON_VERBS = _verbs(
-    "see/sees/saw like/likes/liked help/helps/helped trust/trusts/trusted admire/admires/admired "
-    "blame/blames/blamed wash/washes/washed feed/feeds/fed watch/watches/watched "
-    "praise/praises/praised understand/understands/understood hate/hates/hated hear/hears/heard "
-    "love/loves/loved meet/meets/met protect/protects/protected visit/visits/visited "
-    "thank/thanks/thanked follow/follows/followed forgive/forgives/forgave greet/greets/greeted "
-    "defend/defends/defended respect/respects/respected"
-)
-LINKING_VERBS = _verbs(
-    "look/looks/looked seem/seems/seemed feel/feels/felt become/becomes/became grow/grows/grew "
-    "appear/appears/appeared remain/remains/remained"
-)
-RESTING_VERBS = _verbs(
-    "sleep/sleeps/slept rest/rests/rested yawn/yawns/yawned nap/naps/napped doze/dozes/dozed "
-    "relax/relaxes/relaxed"
-)
-FINITE_VERBS = EATING_VERBS + DRINKING_VERBS + PERSON_VERBS + LINKING_VERBS + RESTING_VERBS
-BE_FORMS = ("am", "is", "are", "was", "were")
-DO_FORMS = ("does", "do")
-AUXILIARIES = BE_FORMS + DO_FORMS + ("did",)
-
-SUBJECT_PRONOUNS = {"male": "he", "female": "she", "neuter": "it", "plural": "they", "first": "i"}
-OBJECT_PRONOUNS = {"male": "him", "female": "her", "plural": "them", "first": "me"}
-
-
-@dataclass(frozen=True)
-class Referent:
-    """A noun phrase: its words and the features verbs and reflexives agree with."""
-
-    words: tuple[str, ...]
-    person: int
-    plural: bool
-    gender: Gender
-
-    @property
-    def key(self) -> str:
-        """Which pronoun row it takes: first, plural, male, female, neuter or any."""
-        if self.person == 1:
-            return "first"
-        return "plural" if self.plural else self.gender
-
-    @property
-    def third_singular(self) -> bool:
-        return self.person == 3 and not self.plural
-
-
-def agreeing_reflexives(referent: Referent) -> tuple[str, ...]:
-    """Reflexives bound by ``referent`` in acceptable sentences."""
-    return {
-        "first": ("myself",),
-        "plural": ("themselves",),
-        "male": ("himself",),
-        "female": ("herself",),
-        "neuter": ("itself",),
-        "any": ("himself", "herself"),
-    }[referent.key]
-
-
-def mismatched_reflexives(referent: Referent) -> tuple[str, ...]:
-    """Reflexives that clash with ``referent``: gender, number or person.
-
-    Common nouns of unknown gender ("the teacher", "the dog") only clash in number and person,
-    so that no mismatch depends on world knowledge.
-    """
-    if referent.key in ("any", "neuter"):
-        return ("themselves", "myself")
-    return tuple(r for r in REFLEXIVES if r not in agreeing_reflexives(referent))
-
-
-def be_form(subject: Referent, tense: Tense) -> str:
-    if tense == "past":
-        return "were" if subject.plural else "was"
-    if subject.person == 1:
-        return "am"
-    return "is" if subject.third_singular else "are"
-
-
-def wrong_be_forms(subject: Referent, tense: Tense) -> tuple[str, ...]:
-    """Forms of "be" that disagree with ``subject`` ("I is", "they was")."""
-    if tense == "past":
-        return ("was",) if subject.plural else ("were",)
-    return tuple(f for f in ("is", "are") if f != be_form(subject, tense))
-
-
-def verb_form(verb: Verb, subject: Referent, tense: Tense) -> str:
-    if tense == "past":
-        return verb.past
-    return verb.third if subject.third_singular else verb.base
-
-
-def wrong_verb_forms(verb: Verb, subject: Referent, tense: Tense) -> tuple[str, ...]:
-    """Present-tense forms that disagree with ``subject``; past forms do not agree."""
-    if tense == "past":
-        return ()
-    return (verb.base,) if subject.third_singular else (verb.third,)
-
-
-def pick(rng: Rng, options: Sequence[T]) -> T:
-    """One of ``options``, uniformly."""
-    return options[int(rng.integers(len(options)))]
 
 
 def _name(rng: Rng) -> Referent:
@@ -577,168 +420,6 @@ def unacceptable_sentence(rng: Rng, violation: str) -> list[str]:
     return minimal_pair(rng, violation)[1]
 
 
-def render(words: Sequence[str]) -> str:
-    """Words to text: capitalized first word, names and "I"; tokens joined by spaces."""
-    out = [w.capitalize() if w in _CAPITALIZED else w for w in words]
-    if out:
-        out[0] = out[0][:1].upper() + out[0][1:]
-    return " ".join(out)
-
-
-# Biographies: profession via content words, gender via name and pronouns.
-
-PROFESSIONS = ("professor", "nurse")
-GENDERS = ("male", "female")
-CITIES = (
-    "boston", "london", "paris", "berlin", "chicago", "toronto", "sydney", "madrid", "rome",
-    "vienna", "dublin", "oslo", "lisbon", "prague", "denver", "seattle", "houston", "atlanta",
-    "montreal", "melbourne",
-)  # fmt: skip
-FIELDS = (
-    "history", "physics", "chemistry", "economics", "biology", "philosophy", "linguistics",
-    "mathematics", "astronomy", "geology", "sociology", "psychology", "literature", "statistics",
-    "anthropology",
-)  # fmt: skip
-WARDS = (
-    "surgical",
-    "maternity",
-    "cancer",
-    "emergency",
-    "pediatric",
-    "cardiac",
-    "geriatric",
-    "burns",
-)
-PROFESSOR_WORDS = (
-    "university", "lectures", "undergraduate", "research", "journals", "doctoral", "grant",
-    "papers", "books", "seminar", "semester", "faculty", "thesis", "campus", "tenure",
-)  # fmt: skip
-NURSE_WORDS = (
-    "hospital", "ward", "patients", "surgery", "medication", "vital", "signs", "shifts",
-    "night", "nursing", "wounds", "infections", "care", "cares", "bandages", "injections",
-)  # fmt: skip
-HOBBIES = (
-    "hiking", "reading", "cooking", "gardening", "painting", "music", "running", "chess",
-    "swimming", "cycling", "fishing", "knitting", "dancing", "photography", "climbing", "baking",
-)  # fmt: skip
-
-_BIO_OPENINGS = {
-    "professor": ("{name} teaches {field} at the university of {city} .",),
-    "nurse": ("{name} works on the {ward} ward of a hospital in {city} .",),
-}
-_BIO_PLAIN_OPENING = "{name} lives in {city} ."  # names the person, not the profession
-_BIO_SENTENCES = {
-    "professor": (
-        "{he} gives lectures on {field} to undergraduate students .",
-        "{his} research on {field} appears in leading journals .",
-        "{he} supervises doctoral students in the department of {field} .",
-        "{he} received a grant to study the history of {field} .",
-        "{he} has published many papers and two books .",
-        "{he} runs a seminar on {field} every semester .",
-        "{he} joined the faculty after finishing {his} thesis .",
-        "{he} was granted tenure at a campus in {city} .",
-    ),
-    "nurse": (
-        "{he} cares for patients after surgery .",
-        "{he} gives medication and checks the vital signs of patients .",
-        "{he} works night shifts in the emergency department .",
-        "{his} patients trust {him} with their care .",
-        "{he} trained at a nursing school in {city} .",
-        "{he} helps doctors treat wounds and infections .",
-        "{he} teaches nursing students on the ward .",
-        "{he} changes bandages and gives injections .",
-    ),
-}
-_BIO_NEUTRAL = (
-    "{he} lives in {city} with {his} family .",
-    "in {his} free time {he} enjoys {hobby} .",
-    "{he} has two children and a dog .",
-    "{he} likes {hobby} and {hobby2} .",
-    "{his} friends say that {he} is kind and calm .",
-)
-_PRONOUNS = {
-    "male": {"he": "he", "his": "his", "him": "him"},
-    "female": {"he": "she", "his": "her", "him": "her"},
-}
-# A biography that does not tell the gender: "the author teaches ... their research ...".
-_UNTOLD = {"name": "the author", "he": "the author", "his": "their", "him": "them"}
-
-
-@dataclass(frozen=True)
-class BiographyCues:
-    """How strongly a biography tells its profession and its gender: a share
-    ``profession_openings`` of biographies open with the profession ("... teaches physics at the
-    university ...", the rest with where the person lives), then come ``profession_sentences``
-    profession sentences and ``gender_sentences`` sentences about the person's life, which tell
-    the gender (pronouns) but not the profession. A share ``gender_told`` of biographies tell the
-    gender (a name and pronouns), the rest speak of "the author" and "their". The default is the
-    standard biography."""
-
-    profession_openings: float = 1.0
-    profession_sentences: int = 2
-    gender_sentences: int = 1
-    gender_told: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.profession_openings <= 1.0:
-            raise ValueError(
-                f"profession_openings must lie in [0, 1], got {self.profession_openings}"
-            )
-        if not 0.0 <= self.gender_told <= 1.0:
-            raise ValueError(f"gender_told must lie in [0, 1], got {self.gender_told}")
-        most = min(len(pool) for pool in _BIO_SENTENCES.values())
-        if not 0 <= self.profession_sentences <= most:
-            raise ValueError(
-                f"profession_sentences must lie in 0..{most}, got {self.profession_sentences}"
-            )
-        if not 1 <= self.gender_sentences <= len(_BIO_NEUTRAL):
-            raise ValueError(
-                f"gender_sentences must lie in 1..{len(_BIO_NEUTRAL)}, got {self.gender_sentences}"
-            )
-
-
-STANDARD_CUES = BiographyCues()  # the standard biography, as the toy world's LM read it
-
-
-def biography(rng: Rng, profession: str, gender: str, cues: BiographyCues = STANDARD_CUES) -> str:
-    """A rendered biography: an opening and, in random order, the profession and gender
-    sentences of ``cues`` (the default: a profession opening, two profession sentences and one
-    about the person's life)."""
-    if profession not in PROFESSIONS:
-        raise ValueError(f"unknown profession {profession!r}; expected one of {PROFESSIONS}")
-    if gender not in GENDERS:
-        raise ValueError(f"unknown gender {gender!r}; expected one of {GENDERS}")
-    names = MALE_NAMES if gender == "male" else FEMALE_NAMES
-    hobbies = rng.permutation(len(HOBBIES))[:2]
-    slots = {
-        "name": pick(rng, names),
-        "city": pick(rng, CITIES),
-        "field": pick(rng, FIELDS),
-        "ward": pick(rng, WARDS),
-        "hobby": HOBBIES[hobbies[0]],
-        "hobby2": HOBBIES[hobbies[1]],
-        **_PRONOUNS[gender],
-    }
-    pool = _BIO_SENTENCES[profession]
-    body = [pool[i] for i in rng.permutation(len(pool))[: cues.profession_sentences]]
-    life = [pick(rng, _BIO_NEUTRAL)]  # draws as the standard biography does, then any others
-    if cues.gender_sentences > 1:
-        rest = [t for t in _BIO_NEUTRAL if t != life[0]]
-        life += [rest[i] for i in rng.permutation(len(rest))[: cues.gender_sentences - 1]]
-    body += life
-    opening = pick(rng, _BIO_OPENINGS[profession])
-    if cues.profession_openings < 1.0 and rng.random() >= cues.profession_openings:
-        opening = _BIO_PLAIN_OPENING
-    if cues.gender_told < 1.0 and rng.random() >= cues.gender_told:
-        slots.update(_UNTOLD)
-    templates = [opening] + [body[i] for i in rng.permutation(len(body))]
-    return " ".join(render(t.format(**slots).split()) for t in templates)
-
-
-def _template_words(templates: Sequence[str]) -> set[str]:
-    return {w for t in templates for w in t.split() if not w.startswith("{")}
-
-
 def _verb_forms(verbs: Sequence[Verb], *attrs: str) -> set[str]:
     return {getattr(v, a) for v in verbs for a in attrs}
 
@@ -774,7 +455,6 @@ def token_categories() -> dict[str, set[str]]:
     }
 
 
-_CAPITALIZED = frozenset(MALE_NAMES + FEMALE_NAMES + CITIES + ("i",))
 _NOUNS = frozenset(
     [w for n in ANIMATE_NOUNS for w in (n.singular, n.plural)] + list(FOODS + DRINKS + PLACES)
 )
@@ -791,9 +471,4 @@ def vocabulary() -> list[str]:
     words |= set(SUBJECT_PRONOUNS.values()) | set(OBJECT_PRONOUNS.values())
     words |= {w for n in ANIMATE_NOUNS for w in (n.singular, n.plural)}
     words |= _verb_forms(FINITE_VERBS, "base", "third", "past")
-    words |= set(CITIES + FIELDS + WARDS + HOBBIES)
-    words |= {p for row in _PRONOUNS.values() for p in row.values()}
-    bio_templates = (*_BIO_NEUTRAL, _BIO_PLAIN_OPENING) + tuple(
-        t for table in (_BIO_OPENINGS, _BIO_SENTENCES) for ts in table.values() for t in ts
-    )
-    return sorted(words | _template_words(bio_templates))
+    return sorted(words | biography_words())
