@@ -170,8 +170,8 @@ def test_bad_input_is_a_clear_error():
         ioi_items(tok, 5, templates=["{A} and {B} met; then one gave it to"])
     with pytest.raises(ValueError, match="unknown attractor"):
         sva_items(tok, 5, attractor="near")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="distinct IOI prompts"):
-        ioi_items(tok, 10_000, templates=["When {A} and {B} left, {S} gave it to"],
+    with pytest.raises(ValueError, match="distinct IOI prompts"):  # 8 names: under 200 prompts
+        ioi_items(tok, 200, templates=["When {A} and {B} left, {S} gave it to"],
                   names=IOI_NAMES[:8], min_names=3)  # fmt: skip
 
 
