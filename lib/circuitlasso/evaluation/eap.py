@@ -99,6 +99,21 @@ def require_ungrouped_heads(model: HookedTransformer) -> None:
         )
 
 
+def check_patching_inputs(
+    model: HookedTransformer, clean: torch.Tensor, other: torch.Tensor
+) -> None:
+    """ValueError unless ``model`` has the hooks edge patching reads (every query head with its
+    own key and value inputs) and ``clean`` and ``other`` (corrupted or counterfactual) are
+    token batches ``(prompts, positions)`` of the same shape."""
+    require_hook_flags(model)
+    require_ungrouped_heads(model)
+    if clean.shape != other.shape or clean.ndim != 2:
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and {tuple(other.shape)} token batches must both be "
+            "(prompts, positions) of the same shape"
+        )
+
+
 @dataclass(frozen=True)
 class AttributionResult:
     """EAP output: promoted edge scores, signed per-input scores and the time split.
@@ -192,13 +207,7 @@ def edge_attribution_patching(
     returns one value per prompt. ``batch_size`` prompt pairs run at once; by default as many as
     fit in ``memory_gib`` (:func:`~circuitlasso.data.graph.prompts_per_batch`).
     """
-    require_hook_flags(model)
-    require_ungrouped_heads(model)
-    if clean.shape != corrupted.shape or clean.ndim != 2:
-        raise ValueError(
-            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} token batches "
-            "must both be (prompts, positions) of the same shape"
-        )
+    check_patching_inputs(model, clean, corrupted)
     if ig_steps < 0:
         raise ValueError(f"ig_steps must be >= 0, got {ig_steps}")
     nodes = graph_nodes(model)

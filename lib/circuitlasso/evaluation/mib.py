@@ -53,13 +53,12 @@ from circuitlasso.data.graph import (
     can_feed,
     graph_nodes,
     prompts_per_batch,
-    require_hook_flags,
 )
 from circuitlasso.evaluation.eap import (
     ReceiverSlot,
+    check_patching_inputs,
     forward_cache,
     receiver_slots,
-    require_ungrouped_heads,
     sender_outputs,
 )
 
@@ -149,13 +148,7 @@ def edge_patched_logits(
 ) -> torch.Tensor:
     """Logits ``(B, P, V)`` on ``clean`` with every edge outside ``circuit`` patched with its
     sender's activation on ``counterfactual`` (same shape), in one pass without gradients."""
-    require_hook_flags(model)
-    require_ungrouped_heads(model)
-    if clean.shape != counterfactual.shape or clean.ndim != 2:
-        raise ValueError(
-            f"clean {tuple(clean.shape)} and counterfactual {tuple(counterfactual.shape)} must "
-            "both be (prompts, positions) of the same shape"
-        )
+    check_patching_inputs(model, clean, counterfactual)
     nodes = graph_nodes(model)
     senders = [n for n in nodes if n.kind != "output"]
     slots = receiver_slots(model, nodes)
