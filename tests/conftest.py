@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import re
 import socket
+import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -196,3 +199,23 @@ def _write_bias_in_bios(
 def write_bias_in_bios() -> Callable[..., Path]:
     """The writer of a small local copy of Bias in Bios in the hub's format."""
     return _write_bias_in_bios
+
+
+@pytest.fixture(scope="session")
+def benchmark_script() -> Callable[[str], ModuleType]:
+    """``load(name)``: the script ``benchmarks/<name>.py`` imported as a module (registered in
+    ``sys.modules``, as its dataclasses need), once per session."""
+    loaded: dict[str, ModuleType] = {}
+
+    def load(name: str) -> ModuleType:
+        if name not in loaded:
+            path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+            spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
+            assert spec is not None and spec.loader is not None, path
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            loaded[name] = module
+        return loaded[name]
+
+    return load

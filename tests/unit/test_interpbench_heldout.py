@@ -1,8 +1,6 @@
 """The held-out RASP suite: compiles, converts exactly, disjoint from InterpBench, runs."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +16,6 @@ from circuitlasso.data.interpbench import (
     to_hooked_transformer,
 )
 from circuitlasso.evaluation.interpbench import report
-
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "interpbench.py"
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +89,8 @@ def test_unknown_suite_or_case_is_a_clear_error():
         report.run_cases(["3"], suite="heldout")
 
 
-def test_benchmark_script_runs_the_heldout_suite(capsys):
-    spec = importlib.util.spec_from_file_location("interpbench_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_benchmark_script_runs_the_heldout_suite(capsys, benchmark_script):
+    module = benchmark_script("interpbench")
     args = ["--suite", "heldout", "--cases", "h-rank", "--variants", "exact"]
     result = module.main(
         [*args, "--methods", "circuitlasso-linear", "--n-prompts", "20", "--trials", "1"]

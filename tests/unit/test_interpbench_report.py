@@ -1,8 +1,6 @@
 """Report tables of an InterpBench run, on a small hand-made run with values worked out by hand."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,8 +8,6 @@ import pytest
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.evaluation.interpbench import report
 from circuitlasso.presentation import plots
-
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "interpbench.py"
 
 # (case, variant, method): (edge_shd, best_edge_shd, edge_auroc, n_edges, total_s)
 RUN = {
@@ -106,10 +102,10 @@ def test_summary_is_the_benchmark_json():
     assert json.loads(json.dumps(result)) == result
 
 
-def test_benchmark_script_prints_the_tables_and_ends_with_the_json(monkeypatch, capsys, tmp_path):
-    spec = importlib.util.spec_from_file_location("interpbench_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_benchmark_script_prints_the_tables_and_ends_with_the_json(
+    monkeypatch, capsys, tmp_path, benchmark_script
+):
+    module = benchmark_script("interpbench")
     calls = []
 
     def fake_run(cases, variants, methods, n_prompts, seed, trials, suite):

@@ -2,9 +2,7 @@
 scores in the JSON line and f = 1 at the full budget, EAP and EAP-IG quickly, every method with
 the rows read back from the store (slow: CircuitLasso's solves take about 12 s a run here)."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,25 +11,17 @@ import torch
 from circuitlasso.data import models
 
 torch.set_num_threads(1)
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("ioi_benchmark", ROOT / "benchmarks" / "ioi.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _run(gpt2_tokenizer_dir: Path, capsys, options: list[str]) -> tuple[dict, dict]:
+def _run(
+    benchmark_script, gpt2_tokenizer_dir: Path, capsys, options: list[str]
+) -> tuple[dict, dict]:
     """The benchmark's ``main`` on a fresh tiny model: what it returns and its JSON line."""
     tokenizer = models.gpt2_tokenizer(gpt2_tokenizer_dir)
     model = models.tiny_gpt2(n_layers=2, d_model=16, n_heads=2, n_ctx=32, tokenizer=tokenizer)
     argv = ["--n-train", "6", "--n-test", "4", "--fractions", "0.1", "0.5", "1.0",
             "--ig-steps", "2", *options]  # fmt: skip
-    result = _benchmark().main(argv, model=model)
+    result = benchmark_script("ioi").main(argv, model=model)
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     return result, line
 
@@ -55,15 +45,19 @@ def _check(line: dict, methods: set[str]) -> None:
             assert len(f) == 3 and f[-1] == pytest.approx(1.0)
 
 
-def test_ioi_benchmark_eap(gpt2_tokenizer_dir: Path, capsys):
-    _, line = _run(gpt2_tokenizer_dir, capsys, ["--methods", "eap", "eap-ig", "--fresh"])
+def test_ioi_benchmark_eap(benchmark_script, gpt2_tokenizer_dir: Path, capsys):
+    _, line = _run(
+        benchmark_script, gpt2_tokenizer_dir, capsys, ["--methods", "eap", "eap-ig", "--fresh"]
+    )
     _check(line, {"eap", "eap-ig"})
 
 
 @pytest.mark.slow
-def test_ioi_benchmark_every_method_resumes(tmp_path: Path, gpt2_tokenizer_dir: Path, capsys):
-    result, line = _run(gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path)])
+def test_ioi_benchmark_every_method_resumes(
+    benchmark_script, tmp_path: Path, gpt2_tokenizer_dir: Path, capsys
+):
+    result, line = _run(benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path)])
     _check(line, {"circuitlasso-linear", "circuitlasso-linear-read", "eap", "eap-ig"})
     # a second call reads every row back from the store: the same seconds, measured once
-    again, _ = _run(gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path)])
+    again, _ = _run(benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path)])
     assert again["cpr"] == result["cpr"] and again["seconds"] == result["seconds"]

@@ -1,6 +1,5 @@
 """The paper-scale benchmark (benchmarks/paper_scale.py) end to end at a tiny size."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,17 +9,13 @@ import torch
 from circuitlasso import cache
 from circuitlasso.solve import MemoryBudgetError
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "paper_scale.py"
 TINY = ["--sentences", "40", "--width", "256", "--layers", "3", "--d-model", "64",
         "--n-heads", "4", "--n-ctx", "128", "--min-prompts", "2", "--threads", "1"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def paper_scale():
-    spec = importlib.util.spec_from_file_location("paper_scale_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def paper_scale(benchmark_script):
+    return benchmark_script("paper_scale")
 
 
 @pytest.fixture(autouse=True)

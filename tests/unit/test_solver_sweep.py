@@ -1,20 +1,13 @@
 """The solver benchmark's randomized shape sweep (benchmarks/solver.py --sweep)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "solver.py"
-
 
 @pytest.fixture(scope="module")
-def solver():
-    spec = importlib.util.spec_from_file_location("solver_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def solver(benchmark_script):
+    return benchmark_script("solver")
 
 
 def test_shapes_are_seeded_and_in_range(solver) -> None:
