@@ -138,18 +138,19 @@ def run_with_hooks(
 
     A decoder stops before block ``stop_at_layer`` (None: runs to the logits, returned). An
     encoder attends to every position but padding and returns its MLM logits only when
-    ``stop_at_layer`` is None (its blocks are few; it always runs them all).
+    ``stop_at_layer`` is None; otherwise it runs its blocks (they are few: all of them) and not
+    its MLM head, whose projection onto the vocabulary costs about as much as the blocks
+    (``HookedEncoder.forward`` computes it even when asked for no output).
     """
     tokens = tokens.to(model.cfg.device)
     if isinstance(model, HookedEncoder):
         assert model.tokenizer is not None
         attend = (tokens != model.tokenizer.pad_token_id).long()
-        return model.run_with_hooks(
-            tokens,
-            fwd_hooks=list(hooks),
-            one_zero_attention_mask=attend,
-            return_type="logits" if stop_at_layer is None else None,
-        )
+        with model.hooks(fwd_hooks=list(hooks)):
+            if stop_at_layer is None:
+                return model(tokens, one_zero_attention_mask=attend)
+            model.encoder_output(tokens, one_zero_attention_mask=attend)
+            return None
     return model.run_with_hooks(tokens, fwd_hooks=list(hooks), stop_at_layer=stop_at_layer)
 
 
