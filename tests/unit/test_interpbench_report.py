@@ -1,6 +1,7 @@
 """Report tables of an InterpBench run, on a small hand-made run with values worked out by hand."""
 
 import json
+import time
 
 import pandas as pd
 import pytest
@@ -200,3 +201,59 @@ def test_section_summary_adds_the_heldout_means():
     assert summary["means"]["distractors"]["circuitlasso-linear"]["edge_shd"] == 4.5
     assert summary["heldout_means"]["distractors"]["circuitlasso-linear"]["edge_shd"] == 4
     assert "heldout_means" not in report.section_summary(table)
+
+
+def test_parity_report_is_the_parity_table_transposed_with_its_text():
+    check, verdict = report.parity_report(run_table(), 0.5)
+    assert list(check.columns) == ["exact", "distractors"]
+    assert check.loc["gap", "exact"] == pytest.approx(0.5)
+    assert check.loc["gap", "distractors"] == pytest.approx(3.5)
+    # (0.8 + 1.0) / 2 and (0.7 + 0.6) / 2
+    assert check.loc["circuitlasso-linear edge_auroc", "exact"] == pytest.approx(0.9)
+    assert check.loc["circuitlasso-linear edge_auroc", "distractors"] == pytest.approx(0.65)
+    assert check.loc["eap-ig edge_auroc", "distractors"] == pytest.approx(0.925)
+    assert verdict.splitlines() == [
+        "exact: circuitlasso-linear mean edge SHD 0.50 vs EAP-IG 0.00 (gap +0.50): parity "
+        "reached at tolerance 0.5",
+        "distractors: circuitlasso-linear mean edge SHD 4.50 vs EAP-IG 1.00 (gap +3.50): parity "
+        "NOT reached at tolerance 0.5",
+    ]
+
+
+def test_parity_report_says_when_a_method_of_the_pair_did_not_run():
+    table = run_table()
+    check, verdict = report.parity_report(table[table["method"] != "eap-ig"], 0.5)
+    assert check.empty
+    assert verdict == "circuitlasso-linear or eap-ig did not run: no parity to check"
+
+
+def test_run_note_counts_runs_and_cases_and_tells_the_settings():
+    note = report.run_note(run_table(), 41.6, n_prompts=200, trials=1, threads=2, seed=7)
+    assert note.splitlines() == [
+        "12 runs on 2 cases in 42 s",
+        "M=200 prompt pairs, 1 trial(s), 2 thread(s), seed 7",
+    ]
+
+
+def test_timed_benchmark_returns_the_run_and_its_seconds(monkeypatch: pytest.MonkeyPatch):
+    calls = []
+
+    def fake_run(*args, **kwargs) -> pd.DataFrame:
+        calls.append((args, kwargs))
+        time.sleep(0.05)
+        return run_table()
+
+    monkeypatch.setattr(report, "run_benchmark", fake_run)
+    table, seconds = report.timed_benchmark(["3"], ["exact"], ["eap"], 10, 1, 2, ioi=True)
+    assert len(table) == 12
+    assert 0.05 <= seconds < 5
+    assert calls == [((["3"], ["exact"], ["eap"], 10, 1, 2), {"ioi": True, "ioi_source": None})]
+
+
+def test_run_heldout_runs_the_heldout_suite_without_progress(monkeypatch: pytest.MonkeyPatch):
+    with pytest.raises(ValueError, match="unknown heldout case id '3'"):
+        report.run_heldout(["3"])
+    calls = []
+    monkeypatch.setattr(report, "run_cases", lambda *args: calls.append(args) or run_table())
+    report.run_heldout(["h-sort"], ["exact"], ["eap"], 10, 1, 2)
+    assert calls == [(["h-sort"], ["exact"], ["eap"], 10, 1, 2, False, "heldout")]

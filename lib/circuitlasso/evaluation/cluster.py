@@ -4,6 +4,7 @@ and a projection of the full layer-pair fits at the paper's model sizes.
 - :func:`time_layer_pairs`: the wall time of :meth:`LayerRegressions.fit_all` with each
   executor, from an empty cache, its number of tasks and how far its coefficients are from the
   first executor's.
+- :func:`serial_vs_ray`: :func:`time_layer_pairs` of SAE-like features, serial and on Ray.
 - :func:`task_overhead`: seconds per empty task on an executor (scheduling and the round trip).
 - :func:`time_task`: seconds of one layer-pair task at a given shape (``chunk`` child columns of
   SAE-like features, :func:`~circuitlasso.evaluation.solver_check.sae_like_problem`).
@@ -24,7 +25,7 @@ import pandas as pd
 from circuitlasso.circuits.features import Features, fit_layer_pair
 from circuitlasso.circuits.trace import LayerRegressions
 from circuitlasso.evaluation.solver_check import sae_like_problem
-from circuitlasso.executor import Executor
+from circuitlasso.executor import Executor, RayExecutor, SerialExecutor
 from circuitlasso.timing import Stopwatch
 
 PAPER_RUNS = {  # model: (layers with SAEs, SAE width), residual-stream SAEs as in the paper
@@ -64,6 +65,20 @@ def time_layer_pairs(
         rows.append({"executor": name, "tasks": tasks, "seconds": seconds,
                      "seconds_per_task": seconds / tasks, "coef_diff_vs_first": diff})  # fmt: skip
     return pd.DataFrame(rows).set_index("executor")
+
+
+def serial_vs_ray(shape: tuple[int, int], *, seed: int = 0, chunk_size: int = 256) -> pd.DataFrame:
+    """:func:`time_layer_pairs` of one layer pair of SAE-like features (``shape`` = (prompts,
+    SAE width), parents and children alike,
+    :func:`~circuitlasso.evaluation.solver_check.sae_like_problem`) run by a
+    :class:`SerialExecutor` ("serial") and by a :class:`RayExecutor` on this machine
+    ("ray (this machine)"): one row per executor, columns as :func:`time_layer_pairs`'."""
+    X, Y, _ = sae_like_problem(*shape, d=shape[1], seed=seed)
+    executors: dict[str, Executor] = {
+        "serial": SerialExecutor(),
+        "ray (this machine)": RayExecutor(logging_level="ERROR"),
+    }
+    return time_layer_pairs({0: X, 1: Y.tocsr()}, executors, chunk_size=chunk_size)
 
 
 def task_overhead(executor: Executor, n_tasks: int = 200) -> float:

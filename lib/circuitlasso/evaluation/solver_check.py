@@ -12,6 +12,7 @@ of a cluster run are measured on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -167,3 +168,28 @@ def sae_like_problem(
     Z.data = np.maximum(Z.data - np.repeat(bias, np.diff(Z.indptr)), 0.0)
     Z.eliminate_zeros()
     return X.tocsr().astype(np.float32), Z.astype(np.float32), A
+
+
+def section_summary(
+    check: SklearnComparison,
+    slopes: pd.DataFrame,
+    regimes: pd.DataFrame,
+    fits: pd.DataFrame,
+    pairs: pd.DataFrame,
+) -> dict[str, Any]:
+    """The solver section's summary from its results: the comparison with scikit-learn
+    (``check``: largest relative objective difference, largest relative duality gap, support
+    sizes), Proposition 1's measured log-log ``slopes`` by size (to 3 decimals), how many rows of
+    the Proposition 2 table ``regimes`` meet its condition, the crossover ``fits`` (to 3
+    decimals, by row) and the largest coefficient difference between the executors of
+    ``pairs`` (``cluster.time_layer_pairs``)."""
+    measured = slopes["measured_slope"].round(3)
+    return {
+        "max_rel_objective_diff_vs_sklearn": check.max_rel_objective_diff,
+        "max_relative_duality_gap": float(check.relative_gap.max()),
+        "support_sizes": check.support_sizes,
+        "loglog_slopes": dict(zip(slopes["size"], measured, strict=True)),
+        "proposition2_regimes_where_condition_holds": int(regimes["condition_holds"].sum()),
+        "crossover": fits.round(3).to_dict("index"),
+        "ray_vs_serial_coef_diff": float(pairs["coef_diff_vs_first"].max()),
+    }

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from circuitlasso.data.toyworld.artifacts import default_toy_dir, load_toy_model, load_toy_saes
     from circuitlasso.data.toyworld.build import build_toy_world
-    from circuitlasso.data.toyworld.report import format_report, toy_report
+    from circuitlasso.data.toyworld.report import format_report, report_summary, toy_report
 
 _EXPORTS = {
     "default_toy_dir": "artifacts",
@@ -20,6 +20,7 @@ _EXPORTS = {
     "load_toy_saes": "artifacts",
     "build_toy_world": "build",
     "format_report": "report",
+    "report_summary": "report",
     "toy_report": "report",
 }
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "format_report",
     "load_toy_model",
     "load_toy_saes",
+    "report_summary",
     "toy_report",
 ]
 

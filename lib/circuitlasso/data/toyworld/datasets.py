@@ -191,6 +191,16 @@ def load_toy_bias_in_bios(
     return {split: frame.copy() for split, frame in _toy_bias_in_bios(seed, ambiguous_cues).items()}
 
 
+def violation_counts(splits: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Sentences per violation type (rows; "none" for acceptable ones) in each split (columns)
+    of toy-CoLA frames {split: frame with a ``violation`` column}; index named
+    "sentences by violation"."""
+    counts = pd.DataFrame(
+        {split: frame["violation"].value_counts() for split, frame in splits.items()}
+    )
+    return counts.rename_axis("sentences by violation")
+
+
 def lm_training_texts(seed: int, n_sentences: int, n_biographies: int) -> list[str]:
     """Language-model training texts: ``n_sentences`` acceptable sentences grouped into
     paragraphs (1 to ``PARAGRAPH_SENTENCES`` sentences, at most ``PARAGRAPH_WORDS`` words), then

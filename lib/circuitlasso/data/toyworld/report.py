@@ -213,6 +213,23 @@ def toy_report(path: Path | str | None = None) -> dict[str, Any]:
     }
 
 
+def report_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The report's headline numbers, the keys of ``notebooks/reference/toy.yaml``'s toyworld
+    section: the LM's next-token accuracy and loss, its minimal-pair accuracy per violation, the
+    probe's test accuracy and recall per violation, ``sae_explained_variance`` and
+    ``sae_dead_fraction`` as {layer (str): value}, and ``category_precision`` as
+    {category: precision of its best feature}."""
+    keys = ("lm_next_token_accuracy", "lm_next_token_loss", "lm_minimal_pair_accuracy")
+    summary = {key: report[key] for key in (*keys, "probe_test_accuracy")}
+    summary["probe_recall_by_violation"] = report["probe"]["recall_by_violation"]
+    for key in ("explained_variance", "dead_fraction"):
+        summary[f"sae_{key}"] = {str(sae["layer"]): sae[key] for sae in report["saes"]}
+    summary["category_precision"] = {
+        c["category"]: c["precision"] for c in report["category_features"]
+    }
+    return summary
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The report as plain-text tables."""
     lines = ["Toy world report", "", "Language model (held-out next-token prediction)"]

@@ -1,7 +1,8 @@
 """Cost of the method (paper Propositions 1 and 2): measured solves and the provable regimes.
 
 - :mod:`~circuitlasso.evaluation.cost.proposition1`: certified block Lasso solves of planted
-  block-triangular problems timed over a grid of (M, L, d), next to Proposition 1's bound.
+  block-triangular problems timed over a grid of (M, L, d), next to Proposition 1's bound, and
+  their log-log slopes (``time_and_slopes``).
 - :mod:`~circuitlasso.evaluation.cost.algebra`: Proposition 2's algebra: both methods'
   operation counts, the regime of a model shape, its n_token threshold, the predicted ratio.
 - :mod:`~circuitlasso.evaluation.cost.crossover`: EAP, EAP-IG and CircuitLasso timed on
@@ -20,6 +21,7 @@ from circuitlasso.evaluation.cost.algebra import (
     proposition1_count,
     proposition2,
     proposition2_table,
+    regime_table,
 )
 from circuitlasso.evaluation.cost.crossover import (
     CROSSOVER_METHODS,
@@ -28,7 +30,11 @@ from circuitlasso.evaluation.cost.crossover import (
     projected_time_methods,
     time_methods,
 )
-from circuitlasso.evaluation.cost.proposition1 import planted_block_sem, time_block_lasso
+from circuitlasso.evaluation.cost.proposition1 import (
+    planted_block_sem,
+    time_and_slopes,
+    time_block_lasso,
+)
 from circuitlasso.evaluation.cost.scaling import (
     CROSSOVER_RATIOS,
     CROSSOVER_SIZES,
@@ -62,8 +68,10 @@ __all__ = [
     "proposition1_count",
     "proposition2",
     "proposition2_table",
+    "regime_table",
     "rows_varying",
     "stored_row",
+    "time_and_slopes",
     "time_block_lasso",
     "time_methods",
     "vary_one_at_a_time",

@@ -114,3 +114,14 @@ def proposition2_table(
         for n in tokens
     ]
     return pd.DataFrame(rows)
+
+
+REGIME_COLUMNS = ["model", "L", "n_token", "regime", "n_token_threshold", "condition_holds",
+                  "cost_ratio"]  # fmt: skip
+
+
+def regime_table(regimes: pd.DataFrame) -> pd.DataFrame:
+    """A :func:`proposition2_table` as the section shows it: :data:`REGIME_COLUMNS` (model, L,
+    n_token, regime, its n_token threshold, whether the condition holds, the cost ratio), numbers
+    to 3 decimals."""
+    return regimes[REGIME_COLUMNS].round(3)

@@ -10,11 +10,12 @@ after that an iteration no longer touches the M observations, so the measured sl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 import torch
 
+from circuitlasso.evaluation.cost.scaling import loglog_slopes, vary_one_at_a_time
 from circuitlasso.solve import block_lasso, lam_max, upper_triangular_parents
 from circuitlasso.timing import Stopwatch
 
@@ -91,3 +92,21 @@ def time_block_lasso(
             }
         )
     return pd.DataFrame(rows)
+
+
+def time_and_slopes(
+    base: Sequence[int],
+    grids: Sequence[Sequence[int]],
+    *,
+    lam_ratio: float = 0.1,
+    tol: float = 1e-6,
+    repeats: int = 3,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Proposition 1 measured around ``base`` (M, L, d): :func:`time_block_lasso` on every
+    configuration that varies one size over its grid in ``grids`` (``vary_one_at_a_time``), and
+    the log-log slopes of its seconds along each size (``loglog_slopes``: columns ``size``,
+    ``measured_slope``, ``proposition_1_slope``)."""
+    configs = [(M, L, d) for M, L, d in vary_one_at_a_time(base, grids)]
+    timings = time_block_lasso(configs, lam_ratio=lam_ratio, tol=tol, repeats=repeats, seed=seed)
+    return timings, loglog_slopes(timings)

@@ -91,10 +91,11 @@ def bottleneck(
 
 
 def concept_table(
-    concepts: Mapping[str, Sequence[str]], gender_concepts: Sequence[str]
+    concepts: Mapping[str, Sequence[str]] | None, gender_concepts: Sequence[str]
 ) -> pd.DataFrame:
-    """One row per concept: its ``texts`` joined by commas and whether it is ``in the
-    bottleneck`` (see :func:`bottleneck`)."""
+    """One row per concept (``concepts``, name -> short texts; None: :data:`TOY_CONCEPTS`): its
+    ``texts`` joined by commas and whether it is ``in the bottleneck`` (see :func:`bottleneck`)."""
+    concepts = TOY_CONCEPTS if concepts is None else concepts
     kept = bottleneck(concepts, gender_concepts)
     return pd.DataFrame(
         {

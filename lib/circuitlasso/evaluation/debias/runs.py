@@ -13,6 +13,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.evaluation.debias.compare import Comparison, ComparisonOptions, compare_methods
+from circuitlasso.evaluation.debias.data import TOY_CONCEPTS
 from circuitlasso.evaluation.debias.toy import TOY_MODEL, rule_vs_toy_truth
 
 
@@ -42,7 +43,7 @@ def compare_models(
     runs: Mapping[str, int],
     splits: Mapping[str, pd.DataFrame],
     professions: Sequence[str],
-    concepts: Mapping[str, Sequence[str]],
+    concepts: Mapping[str, Sequence[str]] | None,
     options: ComparisonOptions | None = None,
     *,
     device: str = "cpu",
@@ -51,7 +52,8 @@ def compare_models(
 ) -> tuple[dict[str, Comparison], dict[str, pd.DataFrame]]:
     """:func:`~circuitlasso.evaluation.debias.compare.compare_methods` with ``options`` (default:
     :class:`~circuitlasso.evaluation.debias.compare.ComparisonOptions`' own) on each
-    model of ``runs`` (model name -> the layer its probes read), the model and its SAEs loaded
+    model of ``runs`` (model name -> the layer its probes read), CBP's ``concepts`` (None:
+    :data:`~circuitlasso.evaluation.debias.data.TOY_CONCEPTS`), the model and its SAEs loaded
     by :func:`load_run` one at a time; the comparisons, and for the toy world the rule against
     its ground truth (:func:`~circuitlasso.evaluation.debias.toy.rule_vs_toy_truth`), by model.
 
@@ -61,6 +63,7 @@ def compare_models(
     if not runs:
         raise ValueError("runs names no model; give at least one model name -> layer")
     options = options or ComparisonOptions()
+    concepts = TOY_CONCEPTS if concepts is None else concepts
     comparisons, truths = {}, {}
     for name, layer in runs.items():
         model, saes = load_run(name, int(layer), device=device)

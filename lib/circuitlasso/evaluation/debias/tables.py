@@ -3,7 +3,8 @@
 (:func:`candidate_table`), Table 2 (:func:`scores_table`), Table 1 (:func:`removal_table`),
 CircuitLasso with and without its removal step (:func:`ablation_table`), the worst-group gap each
 method closes (:func:`gap_closed`), each table for several models side by side
-(:func:`by_model`), the results CSV (:func:`write_results`) and the summary (:func:`summary`)."""
+(:func:`by_model`), the results CSV (:func:`results_table`, :func:`write_results`) and the
+summary (:func:`summary`, every model's: :func:`summaries`)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,18 @@ def by_model(
     )
 
 
+def candidate_tables(
+    comparisons: Mapping[str, Comparison], n_tokens: int = 4
+) -> list[pd.DataFrame]:
+    """:func:`candidate_table` of every model's ranked candidates, model by model and, within a
+    model, SHIFT's then CircuitLasso's (the order of ``Comparison.candidates``)."""
+    return [
+        candidate_table(candidates, n_tokens)
+        for comparison in comparisons.values()
+        for candidates in comparison.candidates.values()
+    ]
+
+
 def candidate_counts(comparisons: Mapping[str, Comparison]) -> pd.DataFrame:
     """Per model and feature-removal method (rows): how many features the gender rule searched
     (``candidates``) and how many it removed (``removed``)."""
@@ -95,6 +108,13 @@ def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
     ).drop(index=["ORIGINAL", "ORACLE"])
 
 
+def results_table(comparisons: Mapping[str, Comparison]) -> pd.DataFrame:
+    """Every model's :class:`Comparison` ``table`` stacked: index ``(model, method)``, the
+    table's columns (``profession``, ``gender``, ``worst_group``, ``features``, ``seconds``, ...);
+    what :func:`write_results` writes for the section."""
+    return pd.concat({name: found.table for name, found in comparisons.items()}, names=["model"])
+
+
 def write_results(table: pd.DataFrame, path: str | Path) -> None:
     """Write a :class:`Comparison` ``table`` (or several, stacked under an index level
     ``model``) to the CSV ``path``, to 3 decimals; the file appears complete or not at all."""
@@ -121,3 +141,13 @@ def summary(comparison: Comparison, truth: pd.DataFrame | None = None) -> dict[s
             for row in truth.to_dict(orient="records")
         }
     return found
+
+
+def summaries(
+    comparisons: Mapping[str, Comparison], truths: Mapping[str, pd.DataFrame] | None = None
+) -> dict[str, dict[str, Any]]:
+    """:func:`summary` of each model's comparison, with its rule-vs-truth table where ``truths``
+    (model -> :func:`~circuitlasso.evaluation.debias.toy.rule_vs_toy_truth`) has one: the
+    section's summary, model -> summary."""
+    truths = truths or {}
+    return {name: summary(comparison, truths.get(name)) for name, comparison in comparisons.items()}

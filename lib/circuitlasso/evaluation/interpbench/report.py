@@ -2,8 +2,10 @@
 
 A run is one DataFrame with a row per case x variant x method, as returned by
 :func:`circuitlasso.evaluation.interpbench.evaluate_compiled` (concatenated by
-:func:`run_cases`, with the trained IOI case by :func:`run_benchmark`). The other functions only
-reshape it; the benchmark script and the notebook both print them.
+:func:`run_cases`, with the trained IOI case by :func:`run_benchmark`, timed by
+:func:`timed_benchmark` and told by :func:`run_note`; the held-out suite by
+:func:`run_heldout`). The other functions only reshape it; the benchmark script and the notebook
+both print them.
 
 - :func:`case_means`: the mean of each column over cases, per variant and method (paper Fig. 2).
 - :func:`median_speedups`: per CircuitLasso method, the median over case x variant of the
@@ -14,6 +16,7 @@ reshape it; the benchmark script and the notebook both print them.
 - :func:`edge_ranking`: one method's edges on one model by decreasing score, marked kept / true,
   to see which edges a method gets wrong (:func:`case_edge_rankings` for a case's methods,
   :func:`describe_ranking` for how many of the kept edges are wrong and why).
+- :func:`parity_report`: the parity table as shown and its text, or why there is none.
 - :func:`speedup_note` and :func:`parity_text`: the lines that read those tables against the
   paper; :func:`suite_comparison`: the InterpBench and held-out suites' means side by side;
   :func:`section_summary`: the notebook's JSON summary.
@@ -37,6 +40,7 @@ from circuitlasso.data.interpbench.programs import CASES, TracrTask
 from circuitlasso.data.interpbench.prompts import make_prompts
 from circuitlasso.evaluation.interpbench.evaluate import METHODS, evaluate_compiled, run_method
 from circuitlasso.evaluation.interpbench.ioi import evaluate_ioi
+from circuitlasso.timing import Stopwatch
 
 ACCURACY_COLUMNS = (
     "edge_shd",
@@ -107,6 +111,49 @@ def run_benchmark(
         return table
     hub = evaluate_ioi(ioi_source, methods, n_prompts, seed, trials)
     return pd.concat([table, hub], ignore_index=True)
+
+
+def timed_benchmark(
+    cases: Sequence[str | int],
+    variants: Sequence[Variant] = VARIANTS,
+    methods: Sequence[str] = METHODS,
+    n_prompts: int = 1000,
+    seed: int = 0,
+    trials: int = 3,
+    *,
+    ioi: bool = False,
+    ioi_source: str | Path | None = None,
+) -> tuple[pd.DataFrame, float]:
+    """:func:`run_benchmark` (same arguments) and its wall-clock seconds."""
+    clock = Stopwatch()
+    table = run_benchmark(
+        cases, variants, methods, n_prompts, seed, trials, ioi=ioi, ioi_source=ioi_source
+    )
+    return table, clock.lap("benchmark")
+
+
+def run_note(
+    table: pd.DataFrame, seconds: float, n_prompts: int, trials: int, threads: int, seed: int
+) -> str:
+    """Two lines on a run ``table`` that took ``seconds``: how many runs on how many cases, and
+    its settings (``n_prompts`` prompt pairs, ``trials``, torch ``threads``, ``seed``)."""
+    return (
+        f"{len(table)} runs on {table['case'].nunique()} cases in {seconds:.0f} s\n"
+        f"M={n_prompts} prompt pairs, {trials} trial(s), {threads} thread(s), seed {seed}"
+    )
+
+
+def run_heldout(
+    cases: Sequence[str],
+    variants: Sequence[Variant] = VARIANTS,
+    methods: Sequence[str] = METHODS,
+    n_prompts: int = 1000,
+    seed: int = 0,
+    trials: int = 3,
+) -> pd.DataFrame:
+    """:func:`run_cases` on the held-out RASP programs (suite "heldout",
+    :data:`~circuitlasso.data.interpbench.heldout.HELDOUT_TASKS`), without a progress bar."""
+    return run_cases(cases, variants, methods, n_prompts, seed, trials, False, "heldout")
 
 
 def _check_columns(table: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -192,6 +239,22 @@ def parity(
     return pd.DataFrame(rows).set_index("variant")
 
 
+def parity_report(
+    table: pd.DataFrame,
+    tolerance: float,
+    method: str = "circuitlasso-linear",
+    reference: str = "eap-ig",
+) -> tuple[pd.DataFrame, str]:
+    """:func:`parity` as the section shows it, transposed (rows: its columns; columns: variants)
+    and to 3 decimals, with its :func:`parity_text`; when ``method`` or ``reference`` did not run,
+    an empty table and a line that says so."""
+    ran = set(table["method"])
+    if method not in ran or reference not in ran:
+        return pd.DataFrame(), f"{method} or {reference} did not run: no parity to check"
+    check = parity(table, method, reference, tolerance)
+    return check.round(3).T, parity_text(check, tolerance, method, reference)
+
+
 def edge_ranking(
     scores: Mapping[Edge, float], threshold: float, truth: Iterable[Edge], top: int | None = None
 ) -> pd.DataFrame:
@@ -223,7 +286,7 @@ def edge_ranking(
 def case_edge_rankings(
     case: str | int,
     variant: Variant,
-    methods: Sequence[str],
+    methods: Sequence[str] = ("circuitlasso-linear", "eap-ig"),
     n_prompts: int = 1000,
     seed: int = 0,
     top: int | None = None,
