@@ -24,7 +24,6 @@ from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.study import FeatureStudy
-from circuitlasso.circuits.trace import LayerRegressions
 from circuitlasso.data.bias_in_bios import (
     GENDERS,
     HUB_COLUMNS,
@@ -151,8 +150,6 @@ class ToyCircuit:
 
     study: FeatureStudy
     lasso: CircuitLasso
-    label_fit: LabelFit
-    regressions: LayerRegressions
     circuit: Circuit
 
 
@@ -165,7 +162,21 @@ def toy_circuit(tmp_path_factory: pytest.TempPathFactory) -> ToyCircuit:
     lasso = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=4, k=2, min_prompts=5)
     lasso.fit(study.Z, study.y)
     study.interpret_circuit(lasso.circuit_)
-    return ToyCircuit(study, lasso, lasso.label_fit_, lasso.regressions_, lasso.circuit_)
+    return ToyCircuit(study, lasso, lasso.circuit_)
+
+
+@pytest.fixture(scope="session")
+def hand_readout() -> Callable[..., CircuitLasso]:
+    """``hand_readout(Z, label_fit, **params)``: ``CircuitLasso(**params)`` fitted on ``Z``
+    (``{layer: (M, D)}``) with the readout written by hand, ``label_fit`` of the last layer, in
+    place of the one it fitted; its layer-pair regressions are the estimator's own."""
+
+    def fitted(Z: dict[int, Any], label_fit: LabelFit, **params: Any) -> CircuitLasso:
+        lasso = CircuitLasso(**params).fit(Z, np.arange(Z[max(Z)].shape[0]) % 2)
+        lasso.label_fit_ = label_fit
+        return lasso
+
+    return fitted
 
 
 @pytest.fixture(scope="session")
@@ -219,3 +230,13 @@ def benchmark_script() -> Callable[[str], ModuleType]:
         return loaded[name]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def smollm2_model() -> Any:
+    """SmolLM2-135M as ``load_model("smollm2-135m")`` gives it, loaded once per session (each
+    load dequantizes and converts its weights again). Tests run it, with hooks TransformerLens
+    removes after each run; none may change it (copy it first, as the BOS checks do)."""
+    from circuitlasso.data.models import load_model
+
+    return load_model("smollm2-135m")

@@ -29,7 +29,13 @@ from circuitlasso.cache import digest_arrays
 from circuitlasso.circuits import defaults, interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import Features, LabelFit, fit_label, readout_scores
+from circuitlasso.circuits.features import (
+    Features,
+    LabelFit,
+    LayerPairFit,
+    fit_label,
+    readout_scores,
+)
 from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.executor import Executor
@@ -104,14 +110,18 @@ class CircuitLasso(BaseEstimator):
     Fitted attributes, in scikit-learn's orientation: ``coef_`` (``(1, D)`` for a binary target,
     ``(K, D)`` for K classes, ``(D,)`` for a real-valued one, over the features of the last
     layer), ``intercept_`` (``(1,)``, ``(K,)`` or a float), ``classes_`` (``(K,)`` class labels;
-    classification only), ``n_features_in_`` (the features of all layers together),
-    ``lam_`` (the label penalty ``lam`` it came to), ``label_fit_`` (the readout, a
-    :class:`~circuitlasso.circuits.features.LabelFit`), ``regressions_`` (the layer-pair fits
-    made so far), ``circuit_`` (traced on first use: a
-    :class:`~circuitlasso.circuits.circuit.Circuit` with nodes
-    ``z{layer}.{feature}`` and edges parent -> child carrying ``coef``), ``features_digest_``
-    (:func:`features_digest` of the features it was fitted on). Before ``fit`` they raise
-    :class:`NotFittedError`, so ``hasattr`` is False.
+    classification only), ``kind_`` (the target's kind), ``n_features_in_`` (the features of
+    all layers together), ``lam_`` (the label penalty ``lam`` it came to), ``readout_layer_``
+    (the layer the readout reads), ``X_fit_`` (the features it was fitted on), ``label_fit_``
+    (the readout, a :class:`~circuitlasso.circuits.features.LabelFit`), ``regressions_`` (the
+    layer-pair fits made so far), ``circuit_`` (traced on first use: a
+    :class:`~circuitlasso.circuits.circuit.Circuit` with nodes ``z{layer}.{feature}`` and edges
+    parent -> child carrying ``coef``), ``features_digest_`` (:func:`features_digest` of the
+    features it was fitted on). Before ``fit`` they raise :class:`NotFittedError`, so
+    ``hasattr`` is False. What the evaluations read of a fit is given by methods:
+    ``readout_importance`` (the score the roots are picked by), ``prompt_importance`` (each
+    node's importance on each prompt), ``trace`` (a circuit by another rule) and
+    ``parent_fits`` (the layer-pair fits of a circuit's nodes).
     """
 
     def __init__(
@@ -165,8 +175,7 @@ class CircuitLasso(BaseEstimator):
         first use (a model selection that only scores the readout never traces)."""
         self._fitted()
         if self._circuit is None:
-            self._circuit = tr.trace_circuit(self.label_fit_, self.regressions_, roots=self.roots,
-                                             k=self.k, standardized=self.standardized)  # fmt: skip
+            self._circuit = self.trace()
         return self._circuit
 
     @property
@@ -196,6 +205,69 @@ class CircuitLasso(BaseEstimator):
     def lam_(self) -> float:
         """The label penalty ``lam = label_lam_ratio * lam_max`` on the mean scale."""
         return self._fitted().lam
+
+    @property
+    def kind_(self) -> str:
+        """The target's kind the readout was fitted to: ``"binary"``, ``"multiclass"`` or
+        ``"regression"``."""
+        return self._fitted().kind
+
+    @property
+    def readout_layer_(self) -> int:
+        """The layer whose features the readout reads: the last layer of the features of ``fit``."""
+        return self._fitted().layer
+
+    @property
+    def X_fit_(self) -> Mapping[int, Features]:
+        """The features ``fit`` was given, ``{layer: (M, D_layer)}`` CSR: what the layer-pair
+        regressions, ``interpret`` and ``prompt_circuit`` read."""
+        self._fitted()
+        return self.regressions_.Z
+
+    def readout_importance(self, standardized: bool | None = None) -> np.ndarray:
+        """``(D,)`` importance of each readout feature: ``|A_{L,y}|`` (summed over the classes
+        of a multi-class readout), times its standard deviation over the prompts of ``fit`` if
+        ``standardized`` (None: the estimator's ``standardized``), the score the trace picks its
+        roots by."""
+        fit = self._fitted()
+        standardized = self.standardized if standardized is None else standardized
+        weights = tr.feature_std(self.regressions_.Z[fit.layer]) if standardized else None
+        return tr.label_importance(fit, weights)
+
+    def prompt_importance(
+        self,
+        circuit: Circuit,
+        X: Mapping[int, Features] | None = None,
+        prompts: Sequence[int] | None = None,
+    ) -> list[dict[str, float]]:
+        """Per prompt (row of ``X``, ``{layer: (M, D)}``; None: the features of ``fit``), the
+        importance on it of each node of ``circuit`` (zeros left out): ``|A_{L,y}| * |z_L|`` for a
+        node of the readout layer, else the sum over its edges of ``|coef| * |z|``. ``prompts``:
+        the rows (None: every row)."""
+        fit = self._fitted()
+        Z = self.regressions_.Z if X is None else X
+        rows = range(Z[fit.layer].shape[0]) if prompts is None else prompts
+        return tr.prompt_importance(fit, circuit, Z, rows)
+
+    def trace(self, **rule: Any) -> Circuit:
+        """A circuit traced from the readout by another rule than ``circuit_``'s, sharing its
+        layer-pair fits (and fitting the columns it visits): ``rule`` is
+        :func:`~circuitlasso.circuits.trace.trace_circuit`'s ``roots``, ``k``, ``mass``,
+        ``depth``, ``prompt`` and ``standardized``, by default the estimator's ``roots``, ``k``
+        and ``standardized``."""
+        self._fitted()
+        rule = {"roots": self.roots, "k": self.k, "standardized": self.standardized, **rule}
+        return tr.trace_circuit(self.label_fit_, self.regressions_, **rule)
+
+    def parent_fits(self, circuit: Circuit) -> dict[int, dict[int, LayerPairFit]]:
+        """The layer-pair fit holding the parent column of every node of ``circuit`` that has
+        parents, ``{child layer: {child feature: fit}}`` (columns not fitted yet are fitted)."""
+        self._fitted()
+        children: dict[int, list[int]] = {}
+        for name, data in circuit.nodes(data=True):
+            if circuit.in_degree(name):
+                children.setdefault(int(data["layer"]), []).append(int(data["feature"]))
+        return {layer: self.regressions_.parents(layer, f) for layer, f in children.items()}
 
     def predict(self, X: Mapping[int, Features] | Features) -> np.ndarray:
         """``(M,)`` predicted class labels (classification) or values (regression) from the
@@ -285,8 +357,7 @@ class CircuitLasso(BaseEstimator):
         rows = self.regressions_.Z[self.label_fit_.layer].shape[0]
         if not 0 <= prompt < rows:
             raise IndexError(f"prompt {prompt} is not a row of the {rows} prompts fit was given")
-        rule = {"roots": self.roots, "k": self.k, **trace}
-        return tr.trace_circuit(self.label_fit_, self.regressions_, prompt=prompt, **rule)
+        return self.trace(prompt=prompt, **trace)
 
     def _fitted(self) -> LabelFit:
         if not hasattr(self, "label_fit_"):

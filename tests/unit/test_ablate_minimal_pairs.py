@@ -16,6 +16,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 from sae_lens import SAE
 from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig
@@ -25,6 +26,7 @@ from circuitlasso.data.minimal_pairs import MinimalPair, load_minimal_pairs
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola, minimal_pairs
 from circuitlasso.data.toyworld.grammar import VIOLATIONS
+from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
 from circuitlasso.evaluation.ablate import feature_means, metric_with_ablation, node_ablation_sweep
 from circuitlasso.evaluation.acceptability import minimal_pair_table
@@ -49,11 +51,18 @@ def pairs() -> list[MinimalPair]:
 
 
 @pytest.fixture(scope="module")
-def evaluation(pairs) -> tuple[MinimalPairMargin, fa.Sentences]:
+def lasso(hand_readout) -> CircuitLasso:
+    """A CircuitLasso reading the last layer with every coefficient 1 (the readout's metric)."""
+    label_fit = LabelFit(LAST, np.ones(2048), 0.0, 1.0, True)
+    return hand_readout({LAST: sp.csr_matrix(np.eye(4, 2048))}, label_fit)
+
+
+@pytest.fixture(scope="module")
+def evaluation(pairs, lasso) -> tuple[MinimalPairMargin, fa.Sentences]:
     reference = list(load_toy_cola("train")["sentence"][:64])
     sentences = fa.Sentences(["unused ."], [1], reference)
-    label_fit = LabelFit(LAST, np.zeros(2048), 0.0, 1.0, True)  # not read by this metric
-    metric, evaluated = fa.evaluation_metric("minimal_pairs", label_fit, sentences, pairs=pairs)
+    # the readout is not read by this metric
+    metric, evaluated = fa.evaluation_metric("minimal_pairs", lasso, sentences, pairs=pairs)
     assert isinstance(metric, MinimalPairMargin)
     return metric, evaluated
 
@@ -170,7 +179,7 @@ def test_minimal_pair_attribution_of_each_layer_is_complete(toy, evaluation, mea
         assert scores[layer].sum() == pytest.approx(full - alone, rel=5e-3)
 
 
-def test_the_faithfulness_helpers_take_either_metric(toy, evaluation, means) -> None:
+def test_the_faithfulness_helpers_take_either_metric(toy, evaluation, means, lasso) -> None:
     model, saes = toy
     metric, evaluated = evaluation
     baseline = fa.attribution_baseline(model, saes, metric, evaluated, steps=2, batch_size=8)
@@ -183,9 +192,10 @@ def test_the_faithfulness_helpers_take_either_metric(toy, evaluation, means) -> 
     expected = float(minimal_pair_table(model, evaluation_pairs(evaluated))["margin"].mean())
     assert node["m_full"].iloc[0] == pytest.approx(expected, abs=1e-4)
     # the readout by name: the label fit's readout on the sentences as they are
-    label_fit = LabelFit(LAST, np.ones(2048), 0.0, 1.0, True)
-    readout, same = fa.evaluation_metric("readout", label_fit, evaluated)
-    assert readout == Readout(label_fit) and same is evaluated
+    readout, same = fa.evaluation_metric("readout", lasso, evaluated)
+    assert isinstance(readout, Readout) and same is evaluated
+    assert (readout.layer, readout.intercept) == (LAST, 0.0)
+    np.testing.assert_array_equal(readout.coef, np.ones(2048))
     assert (readout.name, metric.name) == ("readout", "minimal_pairs")
     assert (readout.layer, metric.layer) == (LAST, None)
 
@@ -200,7 +210,7 @@ def evaluation_pairs(sentences: fa.Sentences) -> list[MinimalPair]:
 # ---------------------------------------------------------------- refused
 
 
-def test_minimal_pair_metric_refuses_what_it_cannot_measure(toy, evaluation, means) -> None:
+def test_minimal_pair_metric_refuses_what_it_cannot_measure(toy, evaluation, means, lasso) -> None:
     model, saes = toy
     metric, evaluated = evaluation
     prompts, labels = evaluated.prompts, evaluated.labels
@@ -233,19 +243,18 @@ def test_minimal_pair_metric_refuses_what_it_cannot_measure(toy, evaluation, mea
     with pytest.raises(ValueError, match="a sentence starts without a BOS"):
         tokens = torch.tensor([[5, 6, 7]])
         metric(torch.zeros(1, 3, 10), tokens, torch.ones(1, 3, dtype=torch.bool))
-    label_fit = LabelFit(LAST, np.zeros(2048), 0.0, 1.0, True)
     with pytest.raises(ValueError, match="unknown metric 'logits'; the metrics are readout, "):
-        fa.evaluation_metric("logits", label_fit, evaluated)
+        fa.evaluation_metric("logits", lasso, evaluated)
     with pytest.raises(ValueError, match="no minimal pairs given"):
-        fa.evaluation_metric("minimal_pairs", label_fit, evaluated, pairs=[])
+        fa.evaluation_metric("minimal_pairs", lasso, evaluated, pairs=[])
 
 
 # ---------------------------------------------------------------- a real decoder
 
 
 @pytest.mark.slow
-def test_smollm2_with_its_saes_spliced_keeps_its_minimal_pair_margin() -> None:
-    model = load_model("smollm2-135m")
+def test_smollm2_with_its_saes_spliced_keeps_its_minimal_pair_margin(smollm2_model) -> None:
+    model = smollm2_model
     saes = load_saes("smollm2-135m", [4, 9, 14, 19, 24, 29], model=model)
     pairs = load_minimal_pairs()[::12]  # one pair of each phenomenon
     expected = float(minimal_pair_table(model, pairs)["margin"].mean())

@@ -230,9 +230,9 @@ def test_task_score_reads_each_prompt_at_its_last_token():
 
 
 @pytest.mark.slow
-def test_smollm2_does_both_tasks():
+def test_smollm2_does_both_tasks(smollm2_model):
     """SmolLM2-135M's own accuracy and logit difference on 100 test items of each task."""
-    model = models.load_model("smollm2-135m")
+    model = smollm2_model
     for task, floor in (("ioi", 0.9), ("sva", 0.8)):
         split = task_splits(task, model.tokenizer, n_train=50, n_test=100, seed=0).test
         tokens = encode_for_model(model, split)

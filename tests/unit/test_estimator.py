@@ -132,14 +132,53 @@ def test_all_layer_pairs_give_the_traced_circuit(layers) -> None:
         CircuitLasso(layer_pairs="some").fit(layers, y)
 
 
+def test_accessors_are_the_fits_readout_and_layer_pairs(layers) -> None:
+    Z2 = layers[2].toarray()
+    y = (Z2[:, 1] - Z2[:, 4] > np.median(Z2[:, 1] - Z2[:, 4])).astype(int)
+    estimator = CircuitLasso(label_lam_ratio=0.1, lam_ratio=0.1, roots=2, k=1).fit(layers, y)
+    fit = estimator.label_fit_
+    assert (estimator.kind_, estimator.readout_layer_) == ("binary", 2)
+    assert estimator.X_fit_ is estimator.regressions_.Z and sorted(estimator.X_fit_) == [0, 1, 2]
+    plain = np.abs(estimator.coef_[0])
+    np.testing.assert_array_equal(estimator.readout_importance(standardized=False), plain)
+    std = Z2.std(0)
+    np.testing.assert_allclose(estimator.readout_importance(), plain * std, rtol=1e-12)
+    # the estimator's own circuit, and another rule sharing its layer-pair fits
+    assert estimator.trace() == estimator.circuit_
+    wider = estimator.trace(roots=3, k=2, standardized=False)
+    assert wider == trace_circuit(fit, estimator.regressions_, roots=3, k=2, standardized=False)
+    parents = estimator.parent_fits(wider)
+    with_parents = {(d["layer"], d["feature"]) for n, d in wider.nodes(data=True)
+                    if wider.in_degree(n)}  # fmt: skip
+    assert {(layer, f) for layer, fits in parents.items() for f in fits} == with_parents
+    assert all(fits[f] is estimator.regressions_.parents(layer, [f])[f]
+               for layer, fits in parents.items() for f in fits)  # fmt: skip
+    # per prompt: |A| * |z| on the readout layer, the edges' |coef| * |z| below
+    rows = [3, 0]
+    found = estimator.prompt_importance(wider, prompts=rows)
+    for row, importance in zip(rows, found, strict=True):
+        for node, data in wider.nodes(data=True):
+            z = abs(layers[data["layer"]][row, data["feature"]])
+            if data["layer"] == 2:
+                weight = plain[data["feature"]]
+            else:
+                weight = sum(abs(c) for _, _, c in wider.out_edges(node, data="coef"))
+            assert importance.get(node, 0.0) == pytest.approx(weight * z, rel=1e-12)
+    assert estimator.prompt_importance(wider, layers, rows) == found
+    assert len(estimator.prompt_importance(wider)) == M
+
+
 def test_fitted_attributes_are_missing_before_fit(layers) -> None:
     estimator = CircuitLasso()
-    for name in ("coef_", "intercept_", "classes_", "lam_", "features_digest_"):
+    fitted = "coef_ intercept_ classes_ lam_ features_digest_ kind_ readout_layer_ X_fit_"
+    for name in fitted.split():
         assert not hasattr(estimator, name), name
     with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
         estimator.coef_  # noqa: B018
     with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
         estimator.predict(layers)
+    with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
+        estimator.trace()
     assert issubclass(NotFittedError, SklearnNotFittedError)
     assert issubclass(NotFittedError, RuntimeError)  # what an unfitted estimator raised before
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.trace import label_importance, trace_circuit
 from circuitlasso.presentation import explorer as ex
 from circuitlasso.presentation.cli import main
 from circuitlasso.presentation.reproduce import HIDE_INPUT_TAG, collapse_long_cells
@@ -44,7 +43,7 @@ def test_nodes_and_edges_are_the_circuits(toy_circuit, data) -> None:
         on_readout = node["layer"] == 3
         assert (node["readout"] is not None) == on_readout
         if on_readout:
-            coef = toy_circuit.label_fit.coef[node["feature"]]
+            coef = toy_circuit.lasso.coef_[0, node["feature"]]
             assert node["readout"] == [pytest.approx(coef, rel=1e-5)]
     for edge in data["edges"]:
         attrs = circuit.edges[edge["source"], edge["target"]]
@@ -68,13 +67,13 @@ def test_sentences_are_the_features_top_prompts_with_per_token_values(toy_circui
 
 
 def test_per_prompt_importance_is_the_traces_score_on_that_prompt(toy_circuit, data) -> None:
-    study, fit, circuit = toy_circuit.study, toy_circuit.label_fit, toy_circuit.circuit
+    study, lasso, circuit = toy_circuit.study, toy_circuit.lasso, toy_circuit.circuit
     assert len(data["prompts"]) == 12
     roots = [d["feature"] for _, d in circuit.nodes(data=True) if d["layer"] == 3]
     for prompt in data["prompts"][::4]:
         row = prompt["prompt"]
         assert prompt["text"] == study.prompts[row] and prompt["label"] == study.y[row]
-        traced = trace_circuit(fit, toy_circuit.regressions, roots=roots, depth=0, prompt=row)
+        traced = lasso.trace(roots=roots, depth=0, prompt=row)
         for node, attrs in traced.nodes(data=True):
             expected = attrs["importance"]
             assert prompt["importance"].get(node, 0.0) == pytest.approx(expected, rel=1e-5)
@@ -85,7 +84,7 @@ def test_per_prompt_importance_is_the_traces_score_on_that_prompt(toy_circuit, d
             weight = sum(abs(c) for _, _, c in circuit.out_edges(node, data="coef"))
             assert prompt["importance"].get(node, 0.0) == pytest.approx(weight * abs(z), rel=1e-5)
     assert any(p["importance"] for p in data["prompts"])
-    assert label_importance(fit).shape == (study.Z[3].shape[1],)
+    assert lasso.readout_importance().shape == (study.Z[3].shape[1],)
 
 
 def _one_edge(circuit: Circuit) -> Circuit:

@@ -24,7 +24,6 @@ from transformer_lens import HookedTransformer
 from circuitlasso import timing
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.trace import LayerRegressions
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
@@ -92,20 +91,19 @@ def test_evaluation_sentences_are_a_seeded_class_balanced_sample() -> None:
 
 
 @pytest.fixture(scope="module")
-def synthetic(
-    planted_layers,
-) -> tuple[dict[int, sp.csr_matrix], LabelFit, LayerRegressions, np.ndarray]:
-    """The planted layers, a readout of the last one and its layer-pair regressions."""
+def synthetic(planted_layers) -> tuple[dict[int, sp.csr_matrix], LabelFit, np.ndarray]:
+    """The planted layers and a readout of the last one."""
     Z, y = planted_layers
-    label = readout(Z[2], y, 2)
-    return Z, label, LayerRegressions(Z, lam_ratio=0.1), y
+    return Z, readout(Z[2], y, 2), y
 
 
-def test_trace_surrogate_starts_from_every_feature_the_readout_uses(synthetic) -> None:
-    Z, label, regressions, y = synthetic
+def test_trace_surrogate_starts_from_every_feature_the_readout_uses(
+    synthetic, hand_readout
+) -> None:
+    Z, label, y = synthetic
     used = {f"z2.{f}" for f in np.flatnonzero(label.coef)}
     assert len(used) > 1 and len(used) < 8  # a real choice among the 8 (measured: 5)
-    traced = fa.trace_surrogate(label, regressions, y, k=2)
+    traced = fa.trace_surrogate(hand_readout(Z, label, lam_ratio=0.1), y, k=2)
     assert used <= set(traced.circuit.nodes)  # roots=None: every used feature is a root
     assert traced.ranking == traced.surrogate.rank_nodes()
     effects = traced.surrogate.node_effects()
@@ -118,7 +116,7 @@ def test_trace_surrogate_starts_from_every_feature_the_readout_uses(synthetic) -
     std = Z[2].toarray().std(0)
     assert std[3] > 2 and std[2] < 0.1
     hand = LabelFit(2, np.array([0, 0, 5.0, 1.0, 0, 0, 0, 0]), 0.0, 1e-3, True)
-    one = fa.trace_surrogate(hand, regressions, y, roots=1, k=2)
+    one = fa.trace_surrogate(hand_readout(Z, hand, lam_ratio=0.1), y, roots=1, k=2)
     assert [n for n, d in one.circuit.nodes(data=True) if d["layer"] == 2] == ["z2.3"]
     # the tables read by hand
     layers = pd.Series([layer for layer, _ in traced.ranking]).value_counts()
@@ -131,7 +129,7 @@ def test_trace_surrogate_starts_from_every_feature_the_readout_uses(synthetic) -
     )
     empty = LabelFit(2, np.zeros(8), 0.0, 1.0, True)
     with pytest.raises(ValueError, match="the label fit uses no feature"):
-        fa.trace_surrogate(empty, regressions, y)
+        fa.trace_surrogate(hand_readout(Z, empty, lam_ratio=0.1), y)
 
 
 def test_attribution_baseline_is_the_means_then_signed_integrated_gradients(

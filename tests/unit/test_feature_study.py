@@ -14,10 +14,11 @@ from circuitlasso import cache
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import study as study_module
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
+from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.study import FeatureStudy, feature_activity, run_summary
-from circuitlasso.circuits.trace import LayerRegressions, classify_edges, trace_circuit
+from circuitlasso.circuits.trace import classify_edges
 from circuitlasso.data import load_dataset
+from circuitlasso.estimator import CircuitLasso
 
 
 def test_feature_activity_by_hand():
@@ -35,7 +36,7 @@ def test_feature_activity_by_hand():
     }  # fmt: skip
 
 
-def test_run_summary_by_hand():
+def test_run_summary_by_hand(hand_readout):
     ablation = pd.DataFrame(
         {
             "lam": [1e-5, 5e-4],
@@ -49,12 +50,13 @@ def test_run_summary_by_hand():
         }
     )
     label_fit = LabelFit(3, np.array([0.0, 1.5, 0.0, -2.0, 0.25]), 0.1, 1e-5, True)
+    lasso = hand_readout({3: sp.csr_matrix(np.eye(5))}, label_fit)
     circuit = Circuit()
     circuit.add_edge("z2.1", "z3.1", type="persistence")
     circuit.add_edge("z2.4", "z3.1", type="other")
     circuit.add_edge("z1.0", "z2.1", type="persistence")
     reached = pd.Series({"reflexive": np.False_, "agreement": np.True_})
-    assert run_summary(label_fit, ablation, circuit, reached) == {
+    assert run_summary(lasso, ablation, circuit, reached) == {
         "lam": 1e-5,
         "label_nonzero": 3,
         "lam_ablation": {
@@ -66,17 +68,17 @@ def test_run_summary_by_hand():
         "circuit": {"nodes": 4, "edges": 3, "persistence": 2, "other": 1},
         "violation_categories_reached": {"reflexive": False, "agreement": True},
     }  # fmt: skip
-    assert "violation_categories_reached" not in run_summary(label_fit, ablation, circuit)
+    assert "violation_categories_reached" not in run_summary(lasso, ablation, circuit)
     concepts = pd.DataFrame(
         {"roots": [1, 0], "longest chain": [3, 0]},
         index=pd.Index(["reflexives", "tired_weary"], name="concept"),
     )
-    assert run_summary(label_fit, ablation, circuit, concepts=concepts)["concepts"] == {
+    assert run_summary(lasso, ablation, circuit, concepts=concepts)["concepts"] == {
         "reflexives": {"roots": 1, "longest_chain": 3},
         "tired_weary": {"roots": 0, "longest_chain": 0},
     }  # fmt: skip
     with pytest.raises(ValueError, match="lacks columns"):
-        run_summary(label_fit, ablation.drop(columns="test_accuracy"), circuit)
+        run_summary(lasso, ablation.drop(columns="test_accuracy"), circuit)
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +90,10 @@ def toy_study(tmp_path_factory: pytest.TempPathFactory) -> FeatureStudy:
 
 
 @pytest.fixture(scope="module")
-def traced(toy_study: FeatureStudy) -> tuple[LabelFit, Circuit]:
-    Z, y = toy_study.Z[3], toy_study.y
-    label_fit = fit_label(Z, y, 1e-3 / label_lam_max(Z, y, min_prompts=5), layer=3, min_prompts=5)
-    regressions = LayerRegressions(toy_study.Z, 0.1, min_prompts=5)
-    return label_fit, trace_circuit(label_fit, regressions, roots=2, k=2)
+def traced(toy_study: FeatureStudy) -> tuple[CircuitLasso, Circuit]:
+    lasso = CircuitLasso(label_lam=1e-3, lam_ratio=0.1, min_prompts=5, roots=2, k=2)
+    lasso.fit(toy_study.Z, toy_study.y)
+    return lasso, lasso.circuit_
 
 
 def test_toy_study_loads_a_sample_and_collects_both_splits(toy_study: FeatureStudy):
@@ -113,7 +114,7 @@ def test_toy_study_loads_a_sample_and_collects_both_splits(toy_study: FeatureStu
 
 
 def test_toy_labels_match_the_interpretation_functions(toy_study, traced):
-    label_fit, circuit = traced
+    _, circuit = traced
     s = toy_study
     direct = {
         node: interpret.top_tokens(s.model, s.saes[d["layer"]], d["feature"], s.prompts,
@@ -132,19 +133,19 @@ def test_toy_labels_match_the_interpretation_functions(toy_study, traced):
 
 
 def test_toy_root_prompts_and_perturbation_match_the_direct_calls(toy_study, traced):
-    label_fit, circuit = traced
+    lasso, circuit = traced
     s = toy_study
     roots = sorted(
         (d for _, d in circuit.nodes(data=True) if d["layer"] == 3),
         key=lambda d: -d["importance"],
     )
-    tables = s.root_prompts(label_fit, circuit, roots=2, n=4)
+    tables = s.root_prompts(lasso, circuit, roots=2, n=4)
     assert len(tables) == 2
     for table, root in zip(tables, roots, strict=True):
         f = root["feature"]
         direct = interpret.top_prompts(s.model, s.saes[3], f, s.prompts, s.Z[3], n=4)
         pd.testing.assert_frame_equal(table.reset_index(drop=True), direct)
-        assert table.index.name == f"z3.{f}  (A_L,y = {label_fit.coef[f]:+.3f})"
+        assert table.index.name == f"z3.{f}  (A_L,y = {lasso.coef_[0, f]:+.3f})"
     # the single-prompt test as the section wrote it before
     feature = roots[0]["feature"]
     top = interpret.top_prompts(s.model, s.saes[3], feature, s.prompts, s.Z[3], n=1).iloc[0]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.data.concepts import ENGLISH_CONCEPTS, dominant_concept
@@ -90,18 +90,18 @@ def test_an_uninterpreted_circuit_is_refused(circuit: Circuit) -> None:
 
 
 def test_readout_baselines_on_the_toy_world(toy_circuit) -> None:
-    study, label_fit = toy_circuit.study, toy_circuit.label_fit
-    table = readout_baselines(study, label_fit)
+    study, lasso = toy_circuit.study, toy_circuit.lasso
+    table = readout_baselines(study, lasso)
     majority = int(study.y.mean() >= 0.5)
     assert table.loc["majority class", "test"] == pytest.approx(np.mean(study.y_test == majority))
     sparse = table.index[1]
-    assert sparse == f"sparse readout A_L,y ({np.count_nonzero(label_fit.coef)} SAE features)"
-    found = label_fit.predict(study.Z_test[study.last])
+    assert sparse == f"sparse readout A_L,y ({np.count_nonzero(lasso.coef_)} SAE features)"
+    found = lasso.predict(study.Z_test[study.last])
     assert table.loc[sparse, "test"] == pytest.approx(np.mean(found == study.y_test))
     dense = table.index[2]
     assert dense == "dense probe (128 dimensions of blocks.3.hook_resid_post)"
     # the toy model carries acceptability linearly: its probe beats the majority class
     assert table.loc[dense, "test"] > table.loc["majority class", "test"] + 0.1
-    regression = dataclasses.replace(label_fit, kind="regression")
+    regression = clone(lasso).set_params(kind="regression").fit(study.Z, study.y.astype(float))
     with pytest.raises(ValueError, match="binary readout, not a regression one"):
         readout_baselines(study, regression)

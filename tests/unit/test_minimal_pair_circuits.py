@@ -8,7 +8,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from circuitlasso.circuits.trace import label_importance
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.minimal_pairs import MinimalPair
 from circuitlasso.evaluation.minimal_pairs import pair_table, phenomenon_summary
@@ -40,11 +39,11 @@ def test_the_change_is_the_per_prompt_circuits(toy_circuit) -> None:
     Z = collect_sae_features(study.model, study.saes, [pairs[0].good, pairs[0].bad],
                              cache=False, progress=False)  # fmt: skip
     assert list(table.loc[:0, ["decision_good", "decision_bad"]].iloc[0]) == list(lasso.predict(Z))
-    readout = label_importance(lasso.label_fit_)
+    readout = lasso.readout_importance(standardized=False)
     by_hand = {}
     for node, data in circuit.nodes(data=True):
         z = np.abs(Z[data["layer"]][:, [data["feature"]]].toarray().ravel())
-        if data["layer"] == lasso.label_fit_.layer:
+        if data["layer"] == lasso.readout_layer_:
             weight = readout[data["feature"]]
         else:
             weight = sum(abs(c) for _, _, c in circuit.out_edges(node, data="coef"))

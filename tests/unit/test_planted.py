@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.study import FeatureStudy
-from circuitlasso.circuits.trace import LayerRegressions, feature_std, label_importance
+from circuitlasso.circuits.trace import feature_std, label_importance
 from circuitlasso.data.toyworld.datasets import dominant_category
 from circuitlasso.data.toyworld.grammar import VIOLATION_CATEGORIES
 from circuitlasso.evaluation import planted
@@ -88,14 +88,14 @@ def chain() -> tuple[dict[int, sp.csr_matrix], LabelFit]:
     return {0: sp.csr_matrix(Z0), 1: sp.csr_matrix(Z1)}, LabelFit(1, coef, 0.0, 1e-3, True)
 
 
-def test_ranking_comparison_checks_both_rankings_within_the_last_layers():
+def test_ranking_comparison_checks_both_rankings_within_the_last_layers(hand_readout):
     Z, label_fit = chain()
     tokens = {(1, 0): DETERMINER, (1, 1): REFLEXIVE, (0, 2): AGREEMENT, (0, 3): PERIOD}
     tokens.update({(layer, f): NOTHING for layer in (0, 1) for f in range(6)
                    if (layer, f) not in tokens})  # fmt: skip
     study = Stub(tokens, Z)
-    regressions = LayerRegressions(Z, 0.05)
-    table = planted.ranking_comparison(study, label_fit, regressions, roots=1, k=1)
+    lasso = hand_readout(Z, label_fit, lam_ratio=0.05, roots=1, k=1)
+    table = planted.ranking_comparison(study, lasso)
     assert table.index.name == "ranking"
     assert table.loc["|A| * std(z)"].to_dict() == {
         "reflexive": True, "agreement": True, "punctuation": False, "word_order": False
@@ -103,11 +103,12 @@ def test_ranking_comparison_checks_both_rankings_within_the_last_layers():
     assert table.loc["|A| (paper)"].to_dict() == {
         "reflexive": False, "agreement": False, "punctuation": True, "word_order": True
     }  # fmt: skip
-    last_only = planted.ranking_comparison(study, label_fit, regressions, roots=1, k=1,
-                                           top_layers=1)  # fmt: skip
+    assert planted.ranking_comparison(study, hand_readout(Z, label_fit, lam_ratio=0.05),
+                                      roots=1, k=1).equals(table)  # fmt: skip
+    last_only = planted.ranking_comparison(study, lasso, top_layers=1)
     assert last_only.loc["|A| * std(z)"].tolist() == [True, False, False, False]
     with pytest.raises(ValueError, match="top_layers"):
-        planted.ranking_comparison(study, label_fit, regressions, top_layers=0)
+        planted.ranking_comparison(study, lasso, top_layers=0)
 
 
 # test sentences: two acceptable, then one of each violation
@@ -119,14 +120,21 @@ LABEL_FIT = LabelFit(1, np.array([1.0, -2.0, 0.5, 0.0]), 0.0, 1e-3, True)
 DIAGNOSIS_TOKENS = {(1, 0): REFLEXIVE, (1, 1): DETERMINER, (1, 2): PERIOD, (1, 3): AGREEMENT}
 
 
+@pytest.fixture
+def diagnosis_lasso(hand_readout):
+    """A CircuitLasso fitted on the diagnosis study's training features, reading LABEL_FIT."""
+    return hand_readout(diagnosis_study().Z, LABEL_FIT)
+
+
 def diagnosis_study() -> Stub:
     test = pd.DataFrame({"sentence": KINDS, "label": [1, 1, 0, 0, 0, 0], "violation": KINDS})
     train = sp.csr_matrix(np.array([[1, 0, 2, 0], [0, 3, 0, 1], [2, 0, 0, 0], [0, 1, 8, 0]], float))
     return Stub(DIAGNOSIS_TOKENS, {1: train}, {1: sp.csr_matrix(Z_TEST)}, test)
 
 
-def test_violation_diagnosis_by_hand():
-    table = planted.violation_diagnosis(diagnosis_study(), LABEL_FIT, standardized=False, shown=2)
+def test_violation_diagnosis_by_hand(diagnosis_lasso):
+    table = planted.violation_diagnosis(diagnosis_study(), diagnosis_lasso, standardized=False,
+                                        shown=2)  # fmt: skip
     assert table.index.tolist() == list(VIOLATION_CATEGORIES)
     assert table["test sentences"].tolist() == [1, 1, 1, 1]
     # scores z . coef: reflexive -2 (rejected), agreement 1 (accepted: wrong), punctuation 0
@@ -142,9 +150,9 @@ def test_violation_diagnosis_by_hand():
     assert rejecting["agreement"] == "2 (#3): . | 1 (#1): the, cat"
 
 
-def test_violation_diagnosis_standardized_ranks_by_std_weighted_importance():
+def test_violation_diagnosis_standardized_ranks_by_std_weighted_importance(diagnosis_lasso):
     study = diagnosis_study()
-    table = planted.violation_diagnosis(study, LABEL_FIT, standardized=True)
+    table = planted.violation_diagnosis(study, diagnosis_lasso, standardized=True)
     order = np.argsort(-label_importance(LABEL_FIT, feature_std(study.Z[1])), kind="stable")
     first = {
         v: next(
@@ -154,12 +162,14 @@ def test_violation_diagnosis_standardized_ranks_by_std_weighted_importance():
     }
     assert table["first rank of the category"].to_dict() == first
     assert first != {"reflexive": 2, "agreement": 4, "punctuation": 3, "word_order": 1}
-    search_one = planted.violation_diagnosis(study, LABEL_FIT, standardized=True, search=1)
+    search_one = planted.violation_diagnosis(study, diagnosis_lasso, standardized=True, search=1)
+    assert diagnosis_lasso.standardized  # None: as the estimator ranks
+    assert planted.violation_diagnosis(study, diagnosis_lasso).equals(table)
     assert search_one["first rank of the category"].isna().sum() == 3
 
 
-def test_violation_diagnosis_needs_violation_tags():
+def test_violation_diagnosis_needs_violation_tags(diagnosis_lasso):
     study = diagnosis_study()
     study.test = study.test.drop(columns="violation")
     with pytest.raises(ValueError, match="no 'violation' column"):
-        planted.violation_diagnosis(study, LABEL_FIT)
+        planted.violation_diagnosis(study, diagnosis_lasso)

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from circuitlasso.data import smollm2
-from circuitlasso.data.models import load_model
 from circuitlasso.forward import real_token_mask, to_tokens
 
 IOI = "When Mary and John went to the store, John gave a drink to"
@@ -24,8 +23,8 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def model():
-    return load_model(smollm2.NAME)
+def model(smollm2_model):
+    return smollm2_model
 
 
 @pytest.fixture(scope="module")

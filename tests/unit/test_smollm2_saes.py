@@ -39,10 +39,8 @@ SUBSET_SENTENCES, SUBSET_TOLERANCE = 40, 0.03
 
 
 @pytest.fixture(scope="module")
-def model():
-    from circuitlasso.data.smollm2 import load_smollm2
-
-    return load_smollm2()
+def model(smollm2_model):
+    return smollm2_model
 
 
 def test_the_shipped_saes_meet_the_bars_on_every_layer(shared_data: Path) -> None:

@@ -28,10 +28,11 @@ from sae_lens import SAE
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import Features, LabelFit, frequent_features
+from circuitlasso.circuits.features import Features, frequent_features
 from circuitlasso.collect import LayerFeatures, collect_sae_features
 from circuitlasso.data import load_dataset
 from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import Model
 from circuitlasso.timing import Stopwatch
 
@@ -206,13 +207,15 @@ class FeatureStudy:
         )
 
     def root_prompts(
-        self, label_fit: LabelFit, circuit: Circuit, roots: int = 2, n: int = 6
+        self, lasso: CircuitLasso, circuit: Circuit, roots: int = 2, n: int = 6
     ) -> list[pd.DataFrame]:
-        """:meth:`top_prompts` of the circuit's ``roots`` most important roots, each table's index
-        named after its feature and the feature's readout coefficient ``A_{L,y}``."""
+        """:meth:`top_prompts` of the ``roots`` most important roots of ``circuit``, traced by the
+        fitted binary or real-valued ``lasso``, each table's index named after its feature and the
+        feature's readout coefficient ``A_{L,y}``."""
+        layer, coef = lasso.readout_layer_, np.ravel(lasso.coef_)  # (D,)
         return [
-            self.top_prompts(label_fit.layer, feature, n).rename_axis(
-                f"z{label_fit.layer}.{feature}  (A_L,y = {label_fit.coef[feature]:+.3f})"
+            self.top_prompts(layer, feature, n).rename_axis(
+                f"z{layer}.{feature}  (A_L,y = {coef[feature]:+.3f})"
             )
             for feature in tr.root_features(circuit)[:roots]
         ]
@@ -262,25 +265,25 @@ def feature_activity(Z: Mapping[int, Features], min_prompts: int) -> pd.DataFram
 
 
 def run_summary(
-    label_fit: LabelFit,
+    lasso: CircuitLasso,
     ablation: pd.DataFrame,
     circuit: Circuit,
     violations: Mapping[str, bool] | None = None,
     concepts: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """The JSON summary of a feature-circuit run: the label regression's ``lam`` and nonzero
-    coefficients, per ``lam`` of the ablation (:func:`~circuitlasso.estimator.penalty_table`)
-    its train loss, nonzero count and validation and test accuracy, the circuit's node and edge
-    counts with its edges by type, and, when given, which planted violations it reaches and, per
-    concept of ``concepts`` (:func:`~circuitlasso.evaluation.findings.concept_table`), its roots
-    and longest chain."""
+    """The JSON summary of a feature-circuit run: the fitted ``lasso``'s label penalty ``lam_``
+    and nonzero coefficients, per ``lam`` of the ablation
+    (:func:`~circuitlasso.estimator.penalty_table`) its train loss, nonzero count and validation
+    and test accuracy, the circuit's node and edge counts with its edges by type, and, when
+    given, which planted violations it reaches and, per concept of ``concepts``
+    (:func:`~circuitlasso.evaluation.findings.concept_table`), its roots and longest chain."""
     missing = [c for c in ("lam", *ABLATION_COLUMNS) if c not in ablation.columns]
     if missing:
         raise ValueError(f"the ablation table lacks columns {missing}")
     types = Counter(t for _, _, t in circuit.edges(data="type") if t is not None)
     summary: dict[str, Any] = {
-        "lam": label_fit.lam,
-        "label_nonzero": int(np.count_nonzero(label_fit.coef)),
+        "lam": lasso.lam_,
+        "label_nonzero": int(np.count_nonzero(lasso.coef_)),
         "lam_ablation": {
             f"{row['lam']:g}": {column: row[column] for column in ABLATION_COLUMNS}
             for row in ablation.to_dict("records")

@@ -45,9 +45,9 @@ from transformer_lens import HookedTransformer
 from circuitlasso.cache import atomic_path
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.trace import LayerRegressions, trace_circuit
 from circuitlasso.data.graph import Edge
 from circuitlasso.data.minimal_pairs import MinimalPair, load_minimal_pairs
+from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation.ablate import (
     FeatureSet,
     Node,
@@ -115,7 +115,7 @@ def evaluation_sentences(
 
 def evaluation_metric(
     name: str,
-    label_fit: LabelFit,
+    lasso: CircuitLasso,
     sentences: Sentences,
     *,
     pairs: Sequence[MinimalPair] | None = None,
@@ -123,7 +123,7 @@ def evaluation_metric(
     """The metric named ``name`` (one of :data:`METRICS`) that node ablation and the attribution
     baseline measure, and the sentences they measure it on.
 
-    ``"readout"``: the :class:`~circuitlasso.evaluation.metrics.Readout` of ``label_fit`` on
+    ``"readout"``: the :class:`~circuitlasso.evaluation.metrics.Readout` of the fitted ``lasso`` on
     ``sentences`` as they are. ``"minimal_pairs"``: a decoder's own judgement,
     :class:`~circuitlasso.evaluation.metrics.MinimalPairMargin`, on the good sentences of
     ``pairs`` (default: :func:`~circuitlasso.data.minimal_pairs.load_minimal_pairs`, all 48)
@@ -131,7 +131,7 @@ def evaluation_metric(
     ``sentences.reference``.
     """
     if name == "readout":
-        return Readout(label_fit), sentences
+        return Readout.of(lasso), sentences
     if name == "minimal_pairs":
         pairs = load_minimal_pairs() if pairs is None else list(pairs)
         if not pairs:
@@ -168,22 +168,21 @@ class TracedSurrogate:
 
 
 def trace_surrogate(
-    label_fit: LabelFit,
-    regressions: LayerRegressions,
+    lasso: CircuitLasso,
     labels: Sequence[int],
     *,
     roots: int | None = None,
     k: int = 4,
 ) -> TracedSurrogate:
-    """Trace the circuit from ``roots`` last-layer features (None: every feature the readout uses)
-    keeping ``k`` parents per node, scores weighted by each feature's standard deviation; its
-    surrogate, with the metric signed by the training ``labels: (M,)``; the surrogate's
-    node ranking."""
-    roots = int(np.count_nonzero(label_fit.coef)) if roots is None else roots
+    """Trace the circuit of the fitted binary ``lasso`` from ``roots`` last-layer features
+    (None: every feature the readout uses) keeping ``k`` parents per node, scores weighted by
+    each feature's standard deviation; its surrogate, with the metric signed by the training
+    ``labels: (M,)`` ``lasso`` was fitted on; the surrogate's node ranking."""
+    roots = int(np.count_nonzero(lasso.coef_)) if roots is None else roots
     if roots < 1:
         raise ValueError("nothing to trace: the label fit uses no feature and roots is not given")
-    circuit = trace_circuit(label_fit, regressions, roots=roots, k=k, standardized=True)
-    surrogate = Surrogate.from_circuit(circuit, regressions, label_fit, labels)
+    circuit = lasso.trace(roots=roots, k=k, standardized=True)
+    surrogate = Surrogate(lasso.X_fit_, lasso.parent_fits(circuit), Readout.of(lasso), labels)
     return TracedSurrogate(circuit, surrogate, surrogate.rank_nodes())
 
 

@@ -28,10 +28,10 @@ import pandas as pd
 
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import LabelFit
 from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.concepts import ENGLISH_CONCEPTS, dominant_concept
+from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation.debias.probes import fit_probe
 
 PAPER_CONCEPTS = {
@@ -104,31 +104,31 @@ def edge_type_table(circuit: Circuit, paper: Mapping[str, str] = PAPER_EDGES) ->
     return pd.DataFrame(rows, columns=columns).set_index("type").fillna("")
 
 
-def readout_baselines(study: FeatureStudy, label_fit: LabelFit) -> pd.DataFrame:
+def readout_baselines(study: FeatureStudy, lasso: CircuitLasso) -> pd.DataFrame:
     """Train and test accuracy (columns) of the majority class of the training labels, the binary
-    readout ``label_fit`` on the study's features, and an l2-logistic probe
+    readout of the fitted ``lasso`` on the study's features, and an l2-logistic probe
     (:func:`~circuitlasso.evaluation.debias.probes.fit_probe`) on the token-averaged activation
     at the hook the readout layer's SAE reads (rows; collected with the features,
     :meth:`~circuitlasso.circuits.study.FeatureStudy.collect`)."""
-    if label_fit.kind != "binary":
-        raise ValueError(f"readout baselines need a binary readout, not a {label_fit.kind} one")
-    hook = str(study.saes[label_fit.layer].cfg.metadata.hook_name)
+    if lasso.kind_ != "binary":
+        raise ValueError(f"readout baselines need a binary readout, not a {lasso.kind_} one")
+    layer = lasso.readout_layer_
+    hook = str(study.saes[layer].cfg.metadata.hook_name)
     majority = int(np.mean(study.y) >= 0.5)
     splits = {"train": (study.Z, study.y), "test": (study.Z_test, study.y_test)}
     X = {}
     for name, (Z, _) in splits.items():
-        if not isinstance(Z, LayerFeatures) or label_fit.layer not in Z.pooled:
+        if not isinstance(Z, LayerFeatures) or layer not in Z.pooled:
             raise ValueError(
                 f"the study's {name} features hold no pooled activations of layer "
-                f"{label_fit.layer}: collect them with FeatureStudy.collect"
+                f"{layer}: collect them with FeatureStudy.collect"
             )
-        X[name] = Z.pooled[label_fit.layer]
+        X[name] = Z.pooled[layer]
     probe = fit_probe(X["train"], study.y)
     rows = {
         "majority class": {n: float(np.mean(y == majority)) for n, (_, y) in splits.items()},
-        f"sparse readout A_L,y ({np.count_nonzero(label_fit.coef)} SAE features)": {
-            n: float(np.mean(label_fit.predict(Z[label_fit.layer]) == y))
-            for n, (Z, y) in splits.items()
+        f"sparse readout A_L,y ({np.count_nonzero(lasso.coef_)} SAE features)": {
+            n: float(np.mean(lasso.predict(Z) == y)) for n, (Z, y) in splits.items()
         },
         f"dense probe ({X['train'].shape[1]} dimensions of {hook})": {
             n: float(np.mean(probe.predict(X[n]) == y)) for n, (_, y) in splits.items()

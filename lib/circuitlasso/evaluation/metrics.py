@@ -38,6 +38,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.data.models import check_sae_fits
+from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import Model, SAEMap, mean_over_real, sae_layers
 
 
@@ -78,20 +79,32 @@ def label_signs(labels: Sequence[int] | None, n: int) -> np.ndarray:
     return 2.0 * y - 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Readout:
-    """The label readout ``2 * sigmoid(a^T zbar_L + b) - 1`` of ``label_fit`` (module
-    docstring), signed by the labels where given."""
+    """The label readout ``2 * sigmoid(a^T zbar_L + b) - 1`` (module docstring) of a binary
+    readout of layer ``layer`` with ``coef: (D,)`` (``a``) and ``intercept`` (``b``), signed by
+    the labels where given."""
 
-    label_fit: LabelFit
+    layer: int
+    coef: np.ndarray
+    intercept: float
+
+    @classmethod
+    def of(cls, readout: LabelFit | CircuitLasso) -> Readout:
+        """The readout metric of a binary label fit or fitted :class:`CircuitLasso`."""
+        if isinstance(readout, LabelFit):
+            kind, layer = readout.kind, readout.layer
+            coef, intercept = readout.coef, readout.intercept
+        else:
+            kind, layer = readout.kind_, readout.readout_layer_
+            coef, intercept = np.ravel(readout.coef_), np.ravel(readout.intercept_)[0]
+        if kind != "binary":
+            raise ValueError(f"the readout metric needs a binary readout, not a {kind} one")
+        return cls(int(layer), coef, float(intercept))
 
     @property
     def name(self) -> str:
         return "readout"
-
-    @property
-    def layer(self) -> int:
-        return self.label_fit.layer
 
     def __str__(self) -> str:
         return "the label readout, p(correct) - p(wrong)"
@@ -105,8 +118,8 @@ class Readout:
 
     def __call__(self, x: torch.Tensor, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """``(B,)`` metric of features ``x: (B, P, D)``."""
-        a = torch.as_tensor(self.label_fit.coef, dtype=torch.float64, device=x.device)
-        return 2 * torch.sigmoid(mean_over_real(x, real) @ a + float(self.label_fit.intercept)) - 1
+        a = torch.as_tensor(self.coef, dtype=torch.float64, device=x.device)
+        return 2 * torch.sigmoid(mean_over_real(x, real) @ a + self.intercept) - 1
 
 
 @dataclass(frozen=True)
@@ -175,7 +188,7 @@ class MinimalPairMargin:
 
 def as_metric(metric: Metric | LabelFit) -> Metric:
     """``metric`` itself, or the :class:`Readout` of a label fit."""
-    return Readout(metric) if isinstance(metric, LabelFit) else metric
+    return Readout.of(metric) if isinstance(metric, LabelFit) else metric
 
 
 def check_saes(model: Model, saes: SAEMap, metric: Metric | None) -> dict[int, SAE]:

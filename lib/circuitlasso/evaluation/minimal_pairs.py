@@ -20,7 +20,7 @@ import pandas as pd
 
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.study import FeatureStudy
-from circuitlasso.circuits.trace import node_name, prompt_importance
+from circuitlasso.circuits.trace import node_name
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.minimal_pairs import MinimalPair, load_minimal_pairs
 from circuitlasso.data.models import model_decisions
@@ -60,7 +60,7 @@ def pair_table(
     if missing:
         raise ValueError(f"the circuit has features of layers {sorted(missing)} not in saes")
     decided = decide(sentences) if decide is not None else lasso.predict(Z)
-    importance = prompt_importance(lasso.label_fit_, circuit, Z, range(len(sentences)))
+    importance = lasso.prompt_importance(circuit, Z, range(len(sentences)))
     rows = []
     for i, pair in enumerate(pairs):
         good, bad = importance[2 * i], importance[2 * i + 1]

@@ -22,12 +22,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import Features, LabelFit
+from circuitlasso.circuits.features import Features
 from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.data.toyworld.datasets import dominant_category
 from circuitlasso.data.toyworld.grammar import VIOLATION_CATEGORIES
+from circuitlasso.estimator import CircuitLasso
 
 RANKINGS = {True: "|A| * std(z)", False: "|A| (paper)"}  # trace_circuit's standardized
 
@@ -75,23 +75,23 @@ def violations_reached(study: FeatureStudy, circuit: Circuit) -> pd.Series:
 
 def ranking_comparison(
     study: FeatureStudy,
-    label_fit: LabelFit,
-    regressions: tr.LayerRegressions,
+    lasso: CircuitLasso,
     *,
-    roots: int = 5,
-    k: int = 2,
+    roots: int | None = None,
+    k: int | None = None,
     top_layers: int = 2,
 ) -> pd.DataFrame:
-    """:func:`violations_reached` within the ``top_layers`` last layers of the circuits traced
-    (:func:`~circuitlasso.circuits.trace.trace_circuit`, ``roots`` and ``k``) with standardized
-    and with plain scores: one row per ranking (index ``ranking``), one column per violation."""
+    """:func:`violations_reached` within the ``top_layers`` last layers of the circuits the
+    fitted ``lasso`` traces (:meth:`~circuitlasso.estimator.CircuitLasso.trace`, ``roots`` and
+    ``k``, None: the estimator's) with standardized and with plain scores: one row per ranking
+    (index ``ranking``), one column per violation."""
     if top_layers < 1:
         raise ValueError(f"top_layers must be >= 1, got {top_layers}")
-    late = set(regressions.layers[-top_layers:])
+    late = set(sorted(lasso.X_fit_)[-top_layers:])
+    rule = {"roots": lasso.roots if roots is None else roots, "k": lasso.k if k is None else k}
     rows = {}
     for standardized, name in RANKINGS.items():
-        circuit = tr.trace_circuit(label_fit, regressions, roots=roots, k=k,
-                                   standardized=standardized)  # fmt: skip
+        circuit = lasso.trace(standardized=standardized, **rule)
         rows[name] = _reached(set(_categories(study, circuit, late).values()))
     return pd.DataFrame(rows).T.rename_axis("ranking")
 
@@ -102,27 +102,28 @@ def _mean(Z: Features, rows: np.ndarray) -> np.ndarray:
 
 def violation_diagnosis(
     study: FeatureStudy,
-    label_fit: LabelFit,
+    lasso: CircuitLasso,
     *,
-    standardized: bool = True,
+    standardized: bool | None = None,
     search: int = 100,
     shown: int = 3,
 ) -> pd.DataFrame:
     """Per violation (index), on the study's test sentences of that kind (``violation`` column):
-    their number; the share the readout ``A_{L,y}`` classifies correctly; the violation's planted
-    category and the first rank of a feature of that category among the ``search`` most important
-    last-layer features (``|A| * std(z)`` over the training prompts if ``standardized``, else
-    ``|A|``; None if none); and the ``shown`` features that reject these sentences most, the most
+    their number; the share the binary readout ``A_{L,y}`` of the fitted ``lasso`` classifies
+    correctly; the violation's planted category and the first rank of a feature of that category
+    among the ``search`` most important last-layer features
+    (:meth:`~circuitlasso.estimator.CircuitLasso.readout_importance`: ``|A| * std(z)`` over the
+    training prompts if ``standardized``, else ``|A|``; None: as the estimator ranks; None if
+    none); and the ``shown`` features that reject these sentences most, the most
     negative entries of ``A_{L,y} * (mean z of the violation's sentences - mean z of the
     acceptable ones)``, each as ``feature (#rank): top tokens``."""
     if "violation" not in study.test.columns:
         raise ValueError("the test data have no 'violation' column: no planted violations to check")
-    layer = label_fit.layer
-    Z, Z_test = study.Z[layer], study.Z_test[layer]
-    weights = tr.feature_std(Z) if standardized else None
-    order = np.argsort(-tr.label_importance(label_fit, weights), kind="stable")
+    layer, coef = lasso.readout_layer_, lasso.coef_[0]
+    Z_test = study.Z_test[layer]
+    order = np.argsort(-lasso.readout_importance(standardized), kind="stable")
     rank = {int(f): r + 1 for r, f in enumerate(order)}
-    correct = (label_fit.predict_proba(Z_test) > 0.5) == (study.y_test == 1)
+    correct = (lasso.predict_proba(study.Z_test)[:, 1] > 0.5) == (study.y_test == 1)
     kinds = study.test["violation"].to_numpy()
     acceptable = _mean(Z_test, kinds == "none")
 
@@ -138,7 +139,7 @@ def violation_diagnosis(
              if dominant_category(study.top_tokens(layer, int(f))) == category),
             None,
         )  # fmt: skip
-        shift = label_fit.coef * (_mean(Z_test, chosen) - acceptable)
+        shift = coef * (_mean(Z_test, chosen) - acceptable)
         rows.append(
             {
                 "violation": violation,

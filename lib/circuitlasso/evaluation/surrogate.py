@@ -31,7 +31,7 @@ from circuitlasso.circuits.features import Features, LabelFit, LayerPairFit
 from circuitlasso.circuits.trace import LayerRegressions, feature_std, node_name
 from circuitlasso.data.graph import Edge
 from circuitlasso.evaluation.ablate import Node, ablation_ratio
-from circuitlasso.evaluation.metrics import label_signs
+from circuitlasso.evaluation.metrics import Readout, label_signs
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class Surrogate:
     layer-pair regressions for the circuit's child nodes (see the module docstring).
 
     ``columns[child_layer][child_feature]`` is the fit holding that column (as
-    :meth:`LayerRegressions.parents` returns); ``label_fit`` reads the last layer of ``Z``;
+    :meth:`LayerRegressions.parents` returns); ``readout`` (a binary label fit or its
+    :class:`~circuitlasso.evaluation.metrics.Readout`) reads the last layer of ``Z``;
     ``labels: (M,)`` in {0, 1}, if given, sign the metric.
     """
 
@@ -56,15 +57,16 @@ class Surrogate:
         self,
         Z: Mapping[int, Features],
         columns: Mapping[int, Mapping[int, LayerPairFit]],
-        label_fit: LabelFit,
+        readout: LabelFit | Readout,
         labels: Sequence[int] | None = None,
     ) -> None:
-        if label_fit.layer != max(Z):
-            raise ValueError(f"the label fit reads layer {label_fit.layer}, last is {max(Z)}")
+        readout = readout if isinstance(readout, Readout) else Readout.of(readout)
+        if readout.layer != max(Z):
+            raise ValueError(f"the label fit reads layer {readout.layer}, last is {max(Z)}")
         self.Z = {layer: sp.csr_matrix(z) for layer, z in Z.items()}
-        self.label_fit = label_fit
+        self.readout = readout
         self._std = {layer: feature_std(z) for layer, z in self.Z.items()}
-        n = self.Z[label_fit.layer].shape[0]
+        n = self.Z[readout.layer].shape[0]
         self.signs = label_signs(labels, n)
         self.layers: dict[int, _Columns] = {}
         self._index: dict[Edge, tuple[int, int]] = {}  # edge -> (child layer, position in data)
@@ -91,7 +93,7 @@ class Surrogate:
         cls,
         graph: Circuit,
         regressions: LayerRegressions,
-        label_fit: LabelFit,
+        readout: LabelFit | Readout,
         labels: Sequence[int] | None = None,
     ) -> Surrogate:
         """The surrogate of a traced circuit: the columns of its nodes that have parents."""
@@ -100,7 +102,7 @@ class Surrogate:
             if graph.in_degree(name):
                 children.setdefault(int(data["layer"]), []).append(int(data["feature"]))
         columns = {layer: regressions.parents(layer, f) for layer, f in children.items()}
-        return cls(regressions.Z, columns, label_fit, labels)
+        return cls(regressions.Z, columns, readout, labels)
 
     def edges(self) -> list[Edge]:
         """Every edge of the surrogate: the nonzero coefficients of the fitted columns."""
@@ -118,7 +120,7 @@ class Surrogate:
         the surrogate: ``|a_f| * std(z_f)`` for the last layer's features, and for a parent
         ``p`` of fitted children ``c`` the sum over ``c`` of
         ``effect(c) * |A[p, c]| * std(z_p) / std(z_c)``."""
-        fit = self.label_fit
+        fit = self.readout
         effects = {(fit.layer, int(f)): float(abs(fit.coef[f]) * self._std[fit.layer][f])
                    for f in np.flatnonzero(fit.coef)}  # fmt: skip
         for layer in sorted(self.layers, reverse=True):
@@ -191,7 +193,7 @@ class Surrogate:
         layer's columns in the logit (``a`` on the last layer), the layer adds
         ``Z_parent (kept - coef) u`` and hands ``kept[parent's columns] u`` to its parent, so
         no ``(M, k)`` matrix is formed."""
-        fit, layer = self.label_fit, self.label_fit.layer
+        fit, layer = self.readout, self.readout.layer
         logits = self.Z[layer] @ fit.coef + fit.intercept
         kept = self._kept(zeroed)
         if layer in self.layers:

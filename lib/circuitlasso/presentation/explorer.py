@@ -53,8 +53,7 @@ from IPython.display import HTML
 from circuitlasso.cache import atomic_path
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.trace import check_interpreted, node_name, prompt_importance
+from circuitlasso.circuits.trace import check_interpreted, node_name
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import Model, SAEMap, sae_layers
 
@@ -94,11 +93,11 @@ def _check_circuit(circuit: Circuit) -> None:
             )
 
 
-def _readout_columns(label_fit: LabelFit) -> list[str]:
-    if label_fit.kind == "binary":
-        return [str(_plain(label_fit.classes[1]))]
-    if label_fit.kind == "multiclass":
-        return [str(_plain(c)) for c in label_fit.classes]
+def _readout_columns(lasso: CircuitLasso) -> list[str]:
+    if lasso.kind_ == "binary":
+        return [str(_plain(lasso.classes_[1]))]
+    if lasso.kind_ == "multiclass":
+        return [str(_plain(c)) for c in lasso.classes_]
     return ["y"]
 
 
@@ -138,19 +137,19 @@ def explorer_data(
     node. ``rows``: the prompts of the per-prompt mode: that many spread evenly, or the rows
     given.
     """
-    fit, Z = lasso.label_fit_, lasso.regressions_.Z
+    Z, readout = lasso.X_fit_, lasso.readout_layer_
     circuit = lasso.circuit_ if circuit is None else circuit
     saes = sae_layers(saes)
     _check_circuit(circuit)
-    if len(prompts) != Z[fit.layer].shape[0] or len(labels) != len(prompts):
+    if len(prompts) != Z[readout].shape[0] or len(labels) != len(prompts):
         raise ValueError(
             f"got {len(prompts)} prompts and {len(labels)} labels for features of "
-            f"{Z[fit.layer].shape[0]} prompts: pass those the features were collected on"
+            f"{Z[readout].shape[0]} prompts: pass those the features were collected on"
         )
     layers = sorted({int(layer) for _, layer in circuit.nodes(data="layer")})
     if not set(layers) <= set(saes):
         raise ValueError(f"the circuit has layers {layers}, saes only {sorted(saes)}")
-    coef = np.asarray(fit.coef).reshape(len(fit.coef), -1)
+    coef = np.atleast_2d(lasso.coef_).T  # (D, 1) or (D, K)
     located = {}
     for node, data in circuit.nodes(data=True):
         layer, feature = int(data["layer"]), int(data["feature"])
@@ -174,7 +173,7 @@ def explorer_data(
                 "label": ", ".join(str(t) for t in list(data["top_tokens"])[:3])
                 or "(never active)",
                 "top_tokens": tokens,
-                "readout": [_num(v) for v in coef[feature]] if layer == fit.layer else None,
+                "readout": [_num(v) for v in coef[feature]] if layer == readout else None,
                 "sentences": [
                     {
                         "prompt": a.row,
@@ -192,7 +191,7 @@ def explorer_data(
         for parent, child, data in circuit.edges(data=True)
     ]  # fmt: skip
     shown = _prompt_rows(rows, len(prompts))
-    per_prompt = prompt_importance(fit, circuit, Z, shown)
+    per_prompt = lasso.prompt_importance(circuit, prompts=shown)
     name = str(model.cfg.model_name) if name is None else name
     return check_data(
         {
@@ -200,7 +199,7 @@ def explorer_data(
             "title": title or f"Circuit of {name}: {len(nodes)} features, {len(edges)} edges",
             "model": name,
             "layers": layers,
-            "readout": {"layer": int(fit.layer), "columns": _readout_columns(fit)},
+            "readout": {"layer": int(readout), "columns": _readout_columns(lasso)},
             "nodes": nodes,
             "edges": edges,
             "prompts": [

@@ -291,8 +291,10 @@ def circuit_tree(graph: Circuit, labels: dict[str, str] | None = None, *, lines:
 
 def coefficient_distribution(coef: np.ndarray, top: int = 5) -> Figure:
     """The distribution of ``|A_{L,y}|`` over the last layer's features (nonzero ones, log
-    scale), with the ``top`` largest marked, like the paper's Fig. 5."""
-    magnitude = np.abs(np.asarray(coef))
+    scale), with the ``top`` largest marked, like the paper's Fig. 5. ``coef``: a binary or
+    real-valued readout's ``(D,)`` coefficients, or ``CircuitLasso.coef_``, ``(1, D)`` or
+    ``(D,)``."""
+    magnitude = np.abs(np.ravel(coef))
     nonzero = np.sort(magnitude[magnitude > 0])[::-1]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
     if len(nonzero) == 0:
