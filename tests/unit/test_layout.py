@@ -98,8 +98,15 @@ def test_the_api_reference_covers_every_public_module():
     assert documented - public_modules() == set()
 
 
-def test_every_notebook_is_at_most_60_lines_of_code():
-    """Notebooks stay thin readers of the library: parameters, calls, tables, figures."""
+NOTEBOOK_CODE_LINES = 45
+# the two chapters whose logic has not moved into the library yet: held where they are, so that
+# they can only shrink
+NOTEBOOK_CODE_LINES_NOW = {"cola_circuits": 60, "faithfulness": 59}
+
+
+def test_every_notebook_is_at_most_45_lines_of_code():
+    """Notebooks stay thin readers of the library: parameters, calls, tables, figures (every
+    non-blank, non-comment line of a code cell counts, the parameters' too)."""
     notebooks = sorted((LIB.parents[1] / "notebooks").glob("*.ipynb"))
     assert len(notebooks) >= 6
     lengths = {}
@@ -109,4 +116,9 @@ def test_every_notebook_is_at_most_60_lines_of_code():
                  for line in "".join(cell["source"]).splitlines()
                  if line.strip() and not line.strip().startswith("#")]  # fmt: skip
         lengths[path.stem] = len(lines)
-    assert {name: n for name, n in lengths.items() if n > 60} == {}
+    over = {
+        name: n
+        for name, n in lengths.items()
+        if n > NOTEBOOK_CODE_LINES_NOW.get(name, NOTEBOOK_CODE_LINES)
+    }
+    assert over == {}
