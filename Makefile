@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install browser book test quick checks lint typecheck unit book-check other-tests unit-tests integration-tests nbval-perturbed baseline clean
+.PHONY: install browser book test quick checks lint typecheck unit book-check other-tests unit-tests unit-slow unit-fast integration-tests nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,12 +61,18 @@ unit: install browser
 book-check: install
 	$(BIN)/pytest -m book tests
 
-# the other tests, in two halves of about equal length (so that the jobs of `make test` share the
-# two cores evenly)
+# the other tests: the unit tests in two jobs, those marked slow (real models, notebooks'
+# library paths, clusters) and the rest, so that the jobs of `make test` share the two cores
+# evenly; then the integration and browser tests
 other-tests: unit-tests integration-tests
 
-unit-tests: install
-	$(BIN)/pytest -m "not gpu and not book" tests/unit
+unit-tests: unit-slow unit-fast
+
+unit-slow: install
+	$(BIN)/pytest -m "slow and not gpu and not book" tests/unit
+
+unit-fast: install
+	$(BIN)/pytest -m "not slow and not gpu and not book" tests/unit
 
 integration-tests: install browser
 	$(BIN)/pytest -m "not gpu and not book" tests/integration tests/browser
@@ -81,7 +87,7 @@ NBVAL := $(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p n
 nbval-perturbed: install
 	tests/perturbed-fp $(NBVAL) notebooks
 
-# six jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
+# seven jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
 # every parallel region wait for a descheduled thread (a notebook then takes several times
 # longer). The two longest, the book check and the perturbed nbval, start at once; the others
 # take the first core free, in this order (lint and type check last). The nbval baselines were
@@ -91,7 +97,7 @@ nbval-perturbed: install
 test: install
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -k -j2 --output-sync=target checks
 
-checks: book-check nbval-perturbed unit-tests integration-tests lint typecheck
+checks: book-check nbval-perturbed unit-slow unit-fast integration-tests lint typecheck
 
 baseline: install
 	$(BIN)/circuitlasso reproduce --profile toy --update-baseline
