@@ -4,8 +4,6 @@ the products and weighted Grams of proximal Newton."""
 
 from __future__ import annotations
 
-import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import Tensor
 
@@ -26,21 +24,6 @@ SCALE_RANGE = {torch.float64: (1e-250, 1e250), torch.float32: (1e-30, 1e30)}
 """Range, per dtype, for the largest |entry| of a column of X with spread: products with dual
 points (entries in [-1, 1]) then neither overflow nor lose digits to subnormals, and the
 coefficients in the user's units (the scaled ones divided by the column norm) fit the dtype."""
-
-
-def transpose(csr: Tensor) -> Tensor:
-    """Transpose of a CSR tensor, as CSR with sorted columns (by scipy on the CPU: faster)."""
-    if csr.device.type != "cpu":
-        return csr_transpose(csr)
-    shape = (csr.shape[0], csr.shape[1])
-    parts = (csr.values().numpy(), csr.col_indices().numpy(), csr.crow_indices().numpy())
-    csc = sp.csr_matrix(parts, shape=shape).tocsc()
-    return csr_from_parts(
-        torch.from_numpy(csc.indptr.astype(np.int64)),
-        torch.from_numpy(csc.indices.astype(np.int64)),
-        torch.from_numpy(csc.data),
-        (shape[1], shape[0]),
-    )
 
 
 class Restricted:
@@ -85,7 +68,7 @@ class Design:
         if self.sparse:
             shape = (x.shape[0], x.shape[1])
             x = csr_from_parts(x.crow_indices(), x.col_indices(), x.values().double(), shape)
-            self.x_t = transpose(scale_columns(x, self.inverse))
+            self.x_t = csr_transpose(scale_columns(x, self.inverse))
             self.exact = True
         else:
             self.x = x
@@ -121,7 +104,7 @@ class Design:
             dense_t.view(-1)[row_ids(rows) * M + rows.col_indices()] = values
             return Restricted(dense_t.t(), dense_t)
         rows = csr_from_parts(rows.crow_indices(), rows.col_indices(), values, (K, M))
-        return Restricted(transpose(rows), rows)
+        return Restricted(csr_transpose(rows), rows)
 
 
 def column_norms(x: Tensor, fit_intercept: bool) -> Tensor:
