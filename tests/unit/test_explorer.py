@@ -29,6 +29,10 @@ def data(toy_circuit) -> dict:
     return toy_explorer_data(toy_circuit, sentences=3, rows=12)
 
 
+def test_a_studys_data_is_the_explorer_data_of_its_model_and_prompts(toy_circuit, data) -> None:
+    assert ex.study_data(toy_circuit.lasso, toy_circuit.study, sentences=3, rows=12) == data
+
+
 def test_nodes_and_edges_are_the_circuits(toy_circuit, data) -> None:
     circuit = toy_circuit.circuit
     assert data["schema"] == ex.SCHEMA == "circuitlasso.explorer/1"

@@ -6,7 +6,9 @@
 :func:`circuitlasso.collect.collect_sae_features`). The study then answers what a feature stands
 for, over the training sentences (:mod:`circuitlasso.circuits.interpret`): its top tokens
 (computed once per feature and kept), its top prompts, and how its activation changes when the
-most active token of its top prompt is replaced. Its ``clock``
+most active token of its top prompt is replaced. Two steps of a run are one call each: the label
+regression with its penalty chosen by cross-validation (:meth:`FeatureStudy.search_label_lam`)
+and the circuit traced and labelled (:meth:`FeatureStudy.trace_circuit`). Its ``clock``
 (:class:`~circuitlasso.timing.Stopwatch`) holds the wall time of each stage: the study's own
 (loading, collecting, labelling) and those a run adds with ``clock.lap`` or ``clock.timed``.
 
@@ -24,15 +26,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from sae_lens import SAE
+from sklearn.model_selection import GridSearchCV
 
-from circuitlasso.circuits import interpret
+from circuitlasso.circuits import defaults, interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features, frequent_features
 from circuitlasso.collect import LayerFeatures, collect_sae_features
 from circuitlasso.data import load_dataset
 from circuitlasso.data.models import load_model, load_saes
-from circuitlasso.estimator import CircuitLasso
+from circuitlasso.estimator import CircuitLasso, penalty_table
 from circuitlasso.forward import Model
 from circuitlasso.timing import Stopwatch
 
@@ -244,6 +247,45 @@ class FeatureStudy:
         return interpret.perturb(
             self.model, self.saes[layer], int(feature), sentence, position, fitting[:alternatives]
         )
+
+    # ------------------------------------------------------------------ a run's steps
+
+    def search_label_lam(
+        self,
+        lams: Sequence[float],
+        lam_ratio: float = defaults.LAM_RATIO,
+        roots: int = defaults.ROOTS,
+        k: int = defaults.K,
+        min_prompts: int = defaults.MIN_PROMPTS,
+        standardized: bool = defaults.STANDARDIZED,
+        *,
+        cv: int = 3,
+    ) -> tuple[CircuitLasso, pd.DataFrame]:
+        """The readout ``A_{L,y}`` with its penalty chosen by cross-validation, timed as ``label
+        regression (search + fit)``: ``GridSearchCV`` over the absolute penalties ``label_lam`` in
+        ``lams`` of a :class:`~circuitlasso.estimator.CircuitLasso` with the other arguments,
+        scored by mean accuracy over ``cv`` folds of ``Z`` (``{layer: (M, D)}``) and ``y``
+        (``(M,)``). Returns the best estimator, refit on all ``M`` sentences, and
+        :func:`~circuitlasso.estimator.penalty_table` (a row per ``label_lam``, tested on
+        ``Z_test``, ``y_test``)."""
+        with self.clock.timed("label regression (search + fit)"):
+            estimator = CircuitLasso(
+                lam_ratio=lam_ratio, roots=roots, k=k, min_prompts=min_prompts,
+                standardized=standardized,
+            )  # fmt: skip
+            search = GridSearchCV(estimator, {"label_lam": list(lams)}, cv=cv)
+            search.fit(self.Z, self.y)
+            ablation = penalty_table(search, self.Z, self.y, self.Z_test, self.y_test)
+        return search.best_estimator_, ablation
+
+    def trace_circuit(self, lasso: CircuitLasso) -> Circuit:
+        """The circuit the fitted ``lasso`` traces (``lasso.circuit_``: the layer-pair regressions
+        of the features it visits and the trace, timed as ``layer-pair regressions + trace``),
+        labelled in place by :meth:`interpret_circuit` (timed as ``labels``)."""
+        with self.clock.timed("layer-pair regressions + trace"):
+            circuit = lasso.circuit_
+        self.interpret_circuit(circuit)
+        return circuit
 
 
 def feature_activity(Z: Mapping[int, Features], min_prompts: int) -> pd.DataFrame:

@@ -26,6 +26,7 @@ from transformers import BertConfig, BertModel, BertTokenizer
 from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from circuitlasso.cache import fetch
+from circuitlasso.data.models import hf_dimensions
 from circuitlasso.forward import hook_activations, prompt_batches
 
 NAME = "all-minilm-l6-v2"
@@ -104,14 +105,7 @@ def load_minilm(
     hf = minilm_hf(files, weights)
     c = hf.config
     cfg = HookedTransformerConfig(
-        n_layers=c.num_hidden_layers,
-        d_model=c.hidden_size,
-        n_heads=c.num_attention_heads,
-        d_head=c.hidden_size // c.num_attention_heads,
-        d_mlp=c.intermediate_size,
-        d_vocab=c.vocab_size,
-        n_ctx=c.max_position_embeddings,
-        act_fn=c.hidden_act,
+        **hf_dimensions(c),
         normalization_type="LN",
         attention_dir="bidirectional",
         eps=c.layer_norm_eps,

@@ -37,6 +37,8 @@ from circuitlasso.data.sae_training import (
     SAEConfig,
     Scorer,
     build_saes,
+    check_layer_range,
+    layer_sae_dir,
     load_layer_saes,
     real_token_activations,
     sae_quality,
@@ -57,7 +59,7 @@ def default_saes_dir(cfg: SAEConfig = SAE_CONFIG) -> Path:
 
 
 def sae_dir(root: Path, layer: int) -> Path:
-    return root / "saes" / LAYER_HOOK.format(layer=layer)
+    return layer_sae_dir(root, LAYER_HOOK, layer)
 
 
 def token_activations(
@@ -132,9 +134,7 @@ def load_minilm_saes(
     :func:`default_saes_dir` of ``cfg``), built first (:func:`build_minilm_saes`) when the folder
     holds no complete build."""
     chosen = list(ALL_LAYERS if layers is None else layers)
-    bad = [layer for layer in chosen if not 0 <= layer < N_LAYERS]
-    if bad:
-        raise ValueError(f"layers {bad} out of range: the model has {N_LAYERS} layers")
+    check_layer_range(chosen, N_LAYERS)
     root = Path(path) if path is not None else default_saes_dir(cfg)
     if chosen and not (root / MANIFEST_FILE).is_file():
         build_minilm_saes(root, cfg)

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
 from transformer_lens import HookedEncoder, HookedTransformer
 from transformer_lens import loading_from_pretrained as tl_loading
-from transformers import GPT2Config, PreTrainedTokenizerFast
+from transformers import GPT2Config, PretrainedConfig, PreTrainedTokenizerFast
 
 from circuitlasso.cache import fetch, hub_resource_error
 
@@ -96,6 +96,22 @@ def gpt2_tokenizer(path: str | Path | None = None) -> PreTrainedTokenizerFast:
         unk_token=GPT2_ENDOFTEXT,
         pad_token=GPT2_ENDOFTEXT,
         add_bos_token=True,
+    )
+
+
+def hf_dimensions(c: PretrainedConfig) -> dict[str, Any]:
+    """The ``HookedTransformerConfig`` sizes a Hugging Face config of a BERT or a Llama names
+    alike: layers, widths, heads (``d_head``: the width over the heads), vocabulary, context and
+    the MLP's activation."""
+    return dict(
+        n_layers=c.num_hidden_layers,
+        d_model=c.hidden_size,
+        n_heads=c.num_attention_heads,
+        d_head=c.hidden_size // c.num_attention_heads,
+        d_mlp=c.intermediate_size,
+        d_vocab=c.vocab_size,
+        n_ctx=c.max_position_embeddings,
+        act_fn=c.hidden_act,
     )
 
 

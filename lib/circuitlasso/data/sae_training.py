@@ -5,7 +5,8 @@ shuffled passes over them in rounds, dead latents re-initialized between rounds 
 of Bricken et al., 2023; :func:`train_layer_sae`), its quality (:func:`sae_quality`), a build of
 one SAE per layer written with its report and manifest (:func:`build_saes`), a build's report
 (:func:`saes_report`, :func:`combined_report`), its float16 copy with the quality measured again
-(:func:`ship_saes`) and the SAEs read back (:func:`load_layer_saes`).
+(:func:`ship_saes`) and the SAEs read back (:func:`load_layer_saes`, from the folders of
+:func:`layer_sae_dir`).
 
 The model-specific modules (:mod:`circuitlasso.data.minilm_saes`,
 :mod:`circuitlasso.data.smollm2_saes`) choose the hooks, layers, sentences and defaults; the
@@ -252,6 +253,19 @@ def ship_saes(
         info = json.loads((build / MANIFEST_FILE).read_text())
         write_manifest(stage, {k: info[k] for k in ("seed", "command", "config")})
     return out_dir
+
+
+def layer_sae_dir(root: Path, hook: str, layer: int) -> Path:
+    """Where the build at ``root`` keeps the SAE of ``layer``: ``saes/`` and the name of the hook
+    it reads (``hook.format(layer=layer)``)."""
+    return root / "saes" / hook.format(layer=layer)
+
+
+def check_layer_range(layers: Iterable[int], n_layers: int) -> None:
+    """A ``ValueError`` naming the ``layers`` outside a model of ``n_layers`` layers, if any."""
+    bad = [layer for layer in layers if not 0 <= layer < n_layers]
+    if bad:
+        raise ValueError(f"layers {bad} out of range: the model has {n_layers} layers")
 
 
 def load_layer_saes(

@@ -46,6 +46,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, 
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from circuitlasso.cache import atomic_path, cache_root, sha256_of
+from circuitlasso.data.models import hf_dimensions
 
 NAME = "smollm2-135m"
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the hub repo the GGUF was made from
@@ -122,21 +123,14 @@ def smollm2_config(
 ) -> HookedTransformerConfig:
     """The ``HookedTransformerConfig`` of a SmolLM2 (Llama) HF config, read from it."""
     rope = getattr(c, "rope_parameters", None) or {"rope_theta": c.rope_theta}
-    head = c.hidden_size // c.num_attention_heads
+    dims = hf_dimensions(c)
     return HookedTransformerConfig(
-        d_model=c.hidden_size,
-        d_head=head,
-        n_heads=c.num_attention_heads,
+        **dims,
         n_key_value_heads=c.num_key_value_heads,
-        d_mlp=c.intermediate_size,
-        n_layers=c.num_hidden_layers,
-        n_ctx=c.max_position_embeddings,
         eps=c.rms_norm_eps,
-        d_vocab=c.vocab_size,
-        act_fn=c.hidden_act,
         normalization_type="RMS",
         positional_embedding_type="rotary",
-        rotary_dim=head,
+        rotary_dim=dims["d_head"],
         rotary_base=rope["rope_theta"],
         rotary_adjacent_pairs=False,  # HF's rotate_half: dimension i pairs with i + d_head / 2
         final_rms=True,

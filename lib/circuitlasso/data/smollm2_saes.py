@@ -59,6 +59,8 @@ from circuitlasso.data.sae_training import (
     SAEConfig,
     Scorer,
     build_saes,
+    check_layer_range,
+    layer_sae_dir,
     load_layer_saes,
     real_token_activations,
     sae_quality,
@@ -113,7 +115,7 @@ def default_build_dir(cfg: SAEConfig = SAE_CONFIG) -> Path:
 
 
 def sae_dir(root: Path, layer: int) -> Path:
-    return root / "saes" / LAYER_HOOK.format(layer=layer)
+    return layer_sae_dir(root, LAYER_HOOK, layer)
 
 
 def _check_layers(layers: Iterable[int], held: Sequence[int], where: str) -> list[int]:
@@ -171,9 +173,7 @@ def build_smollm2_saes(
     write them with their quality on CoLA's dev sentences (``report.json``) and a manifest to
     ``out_dir`` (default :func:`default_build_dir`), float32, atomically; returns the folder."""
     chosen = sorted(SAE_LAYERS if layers is None else layers)
-    bad = [layer for layer in chosen if not 0 <= layer < N_LAYERS]
-    if bad:
-        raise ValueError(f"layers {bad} out of range: the model has {N_LAYERS} layers")
+    check_layer_range(chosen, N_LAYERS)
     root = Path(out_dir) if out_dir is not None else default_build_dir(cfg)
     model = model if model is not None else load_smollm2()
     train, train_first = token_activations(model, list(load_cola("train").sentence), chosen)

@@ -15,12 +15,13 @@ Whether a circuit for the readout ``A_{L,y}`` can say anything depends on the re
 learned the label: :func:`readout_baselines` puts its test accuracy beside the majority class
 and a dense probe on the same layer's activations (every direction, not a sparse choice of SAE
 features), which tells a readout that misses the label from a model that does not carry it
-linearly.
+linearly. :func:`study_summary` is the JSON summary of a run on a study.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -28,10 +29,11 @@ import pandas as pd
 
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.study import FeatureStudy
+from circuitlasso.circuits.study import FeatureStudy, run_summary
 from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.concepts import ENGLISH_CONCEPTS, dominant_concept
 from circuitlasso.estimator import CircuitLasso
+from circuitlasso.evaluation import planted
 from circuitlasso.evaluation.debias.probes import fit_probe
 
 PAPER_CONCEPTS = {
@@ -135,3 +137,18 @@ def readout_baselines(study: FeatureStudy, lasso: CircuitLasso) -> pd.DataFrame:
         },
     }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("accuracy")
+
+
+def study_summary(
+    study: FeatureStudy, lasso: CircuitLasso, ablation: pd.DataFrame, circuit: Circuit
+) -> dict[str, Any]:
+    """The JSON summary of a run on ``study`` (:func:`~circuitlasso.circuits.study.run_summary`):
+    the fitted ``lasso``, its penalty ``ablation``
+    (:meth:`~circuitlasso.circuits.study.FeatureStudy.search_label_lam`), the interpreted
+    ``circuit`` with its :func:`concept_table`, and, where the study's sentences carry a planted
+    truth (:func:`~circuitlasso.evaluation.planted.has_planted_truth`), the violations whose
+    categories it reaches (:func:`~circuitlasso.evaluation.planted.violations_reached`)."""
+    reached = (
+        planted.violations_reached(study, circuit) if planted.has_planted_truth(study) else None
+    )
+    return run_summary(lasso, ablation, circuit, reached, concept_table(circuit))

@@ -15,6 +15,7 @@ study (:meth:`~circuitlasso.circuits.study.FeatureStudy.top_tokens`).
 - :func:`violation_diagnosis`: per kind of unacceptable test sentence, how often the readout
   rejects it, where the violation's category first comes in the readout's ranking, and which
   features actually reject these sentences.
+- :func:`check_tables`: the four tables of the three checks, for a study's traced circuit.
 """
 
 from __future__ import annotations
@@ -153,3 +154,18 @@ def violation_diagnosis(
             }
         )
     return pd.DataFrame(rows).set_index("violation")
+
+
+def check_tables(
+    study: FeatureStudy, lasso: CircuitLasso, circuit: Circuit
+) -> list[pd.DataFrame | pd.Series]:
+    """The three checks of the ``circuit`` the fitted ``lasso`` traced on ``study``, as four
+    tables in order: :func:`categories_by_layer` and :func:`violations_reached` (the categories
+    it reaches), :func:`ranking_comparison` (both rankings, the estimator's ``roots`` and ``k``)
+    and :func:`violation_diagnosis` (why a category is reached or not)."""
+    return [
+        categories_by_layer(study, circuit),
+        violations_reached(study, circuit),
+        ranking_comparison(study, lasso),
+        violation_diagnosis(study, lasso),
+    ]

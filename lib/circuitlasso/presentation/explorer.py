@@ -2,10 +2,11 @@
 
 :func:`explorer_data` gathers what the explorer shows from a fitted
 :class:`~circuitlasso.estimator.CircuitLasso` and its interpreted circuit, with the model, SAEs,
-prompts and labels its features came from;
-:func:`save_data` and :func:`load_data` write and read it as JSON; :func:`write_html` writes the
-page (the JSON, and the explorer's own script and style inlined: nothing is fetched when it is
-viewed, no server is needed); :func:`show` displays it in a notebook cell, and so in the book.
+prompts and labels its features came from (:func:`study_data`: those of a
+:class:`~circuitlasso.circuits.study.FeatureStudy`); :func:`save_data` and :func:`load_data`
+write and read it as JSON; :func:`write_html` writes the page (the JSON, and the explorer's own
+script and style inlined: nothing is fetched when it is viewed, no server is needed); :func:`show`
+displays it in a notebook cell, and so in the book.
 The command ``circuitlasso explore DATA.json --out explorer.html`` writes the page from the JSON.
 
 The page shows layers as columns and features as nodes whose area is their importance; hovering
@@ -53,6 +54,7 @@ from IPython.display import HTML
 from circuitlasso.cache import atomic_path
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits.circuit import Circuit
+from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.circuits.trace import check_interpreted, node_name
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import Model, SAEMap, sae_layers
@@ -212,6 +214,14 @@ def explorer_data(
                 for row, importance in zip(shown, per_prompt, strict=True)
             ],  # fmt: skip
         }
+    )
+
+
+def study_data(lasso: CircuitLasso, study: FeatureStudy, **options: Any) -> dict[str, Any]:
+    """:func:`explorer_data` of ``lasso``, fitted on ``study``'s features: its model, SAEs,
+    prompts, labels and name; ``options`` as :func:`explorer_data` takes them."""
+    return explorer_data(
+        lasso, study.model, study.saes, study.prompts, study.y, name=study.name, **options
     )
 
 
