@@ -12,7 +12,9 @@ CMD; m the logit difference answer - wrong at each prompt's last real token).
   ``circuitlasso-linear-read`` (parents seen through the child's read weights), run as the
   InterpBench harness runs them (:func:`~circuitlasso.evaluation.interpbench.evaluate.run_method`):
   clean and counterfactual train prompts stacked, activations averaged over the real tokens (no
-  BOS); node-edge scores, a head's score given to its q, k and v inputs alike. The nonlinear
+  BOS), the output node each prompt's logit difference answer - wrong (one column, where the
+  logits would be the whole vocabulary); node-edge scores, a head's score given to its q, k and
+  v inputs alike. The nonlinear
   variants are options (``--methods``).
 - ``eap`` and ``eap-ig`` (``--ig-steps``): :func:`~circuitlasso.evaluation.eap.
   edge_attribution_patching` with MIB's metric, the logit difference answer - wrong at the last
@@ -164,7 +166,8 @@ def find_scores(
     if method in ("eap", "eap-ig"):
         return eap_logit_diff(model, train, ig_steps if method == "eap-ig" else 0, memory_gib)
     pairs = PromptPairs(train.clean, train.counterfactual, train.last_mask, train.real_mask)
-    return run_method(method, model, pairs, seed).scores
+    answers = torch.stack([train.answer, train.wrong], 1)
+    return run_method(method, model, pairs, seed, answers=answers).scores
 
 
 def measure(

@@ -7,7 +7,8 @@ scored by how much the fitted model uses the parent's block.
 - linear (the paper's method): one block-upper-triangular Lasso (:func:`circuitlasso.solve.
   block_lasso`) on standardized columns; the score is the Frobenius norm of the coefficient block.
 - linear with ``read_projection``: each parent's activation is first mapped through the child's
-  read weights (W_Q|W_K|W_V of a head, W_in of an MLP, W_U of the output), so a parent only
+  read weights (W_Q|W_K|W_V of a head, W_in of an MLP, W_U of the output; for an output that is
+  each prompt's logit difference, its own ``W_U[:, answer] - W_U[:, wrong]``), so a parent only
   counts through what the child can read, and whitened (a rank-deficient projection becomes a
   few uncorrelated columns); one :func:`circuitlasso.solve.lasso` per child. The nonlinear
   variant takes the same projection.
@@ -51,7 +52,7 @@ from circuitlasso.circuits.circuit import (
     gap_threshold,
 )
 from circuitlasso.collect import NodeActivations, collect_nodes
-from circuitlasso.data.graph import graph_nodes
+from circuitlasso.data.graph import OUTPUT, graph_nodes
 from circuitlasso.solve import block_lasso, lam_max, lasso
 from circuitlasso.solve.group_mlp import group_sparse_mlp
 from circuitlasso.solve.prepare import column_stats
@@ -140,8 +141,19 @@ def _child_design(
     blocks = []
     for i in acts.parents[j]:
         block = acts.block(acts.names[i]).double()
-        blocks.append(standardize(block) if reads is None else whiten(block @ reads[child]))
+        blocks.append(standardize(block) if reads is None else whiten(_read(acts, j, block, reads)))
     return torch.cat(blocks, 1), [b.shape[1] for b in blocks], standardize(acts.block(child))
+
+
+def _read(
+    acts: NodeActivations, j: int, block: torch.Tensor, reads: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """A parent's ``block: (M, d_model)`` as child ``j`` reads it: through its read matrix,
+    (M, r); a logit-difference output (``acts.output_reads``) reads one direction per prompt,
+    (M, 1)."""
+    if acts.names[j] == OUTPUT and acts.output_reads is not None:
+        return (block * acts.output_reads.double()).sum(1, keepdim=True)
+    return block @ reads[acts.names[j]]
 
 
 def _paper_lasso_blocks(
@@ -303,15 +315,18 @@ def component_circuit(
     read_projection: bool = False,
     lam_ratio: float = 0.05,
     seed: int = 0,
+    answers: torch.Tensor | None = None,
 ) -> CircuitLassoResult:
     """Collect token-averaged node activations on ``tokens: (M, P)`` and score every edge.
 
     For CircuitLasso, ``tokens`` stacks the clean and the corrupted prompts (App. B.2).
     ``lam_ratio`` sets the penalty of the linear and the nonlinear variant alike (module
-    docstring).
+    docstring). ``answers: (M, 2)`` token ids (answer, wrong) make the output node each
+    prompt's logit difference (:func:`~circuitlasso.collect.collect_nodes`), which the read
+    variant reads along ``W_U[:, answer] - W_U[:, wrong]``; by default it is every logit.
     """
     clock = Stopwatch()
-    acts = collect_nodes(model, tokens, position_mask)
+    acts = collect_nodes(model, tokens, position_mask, answers=answers)
     collect_seconds = clock.lap("collect")
     reads = read_maps(model) if read_projection else None
     if nonlinear:

@@ -3,6 +3,8 @@
 :func:`collect_nodes` runs the model on a batch of prompts (for CircuitLasso: clean and corrupted
 prompts stacked) and averages every node's activation over the selected token positions, giving one
 observation row per prompt: ``X: (M, N)`` with the node blocks side by side in computation order.
+The output node is the logits, or with ``answers`` each prompt's logit difference answer - wrong
+(one column, the direction MIB's metric reads, instead of the whole vocabulary).
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ class NodeActivations:
     """Token-averaged node activations: ``X: (M, N)``, blocks in computation order.
 
     ``block_sizes[j]`` columns belong to ``names[j]``; ``parents[j]`` lists the block indices
-    allowed to feed block ``j``.
+    allowed to feed block ``j``. ``output_reads: (M, d_model)``, where the output node is a logit
+    difference: the residual-stream direction it reads on each prompt, ``W_U[:, answer] -
+    W_U[:, wrong]``.
     """
 
     X: torch.Tensor
     names: list[str]
     block_sizes: list[int]
     parents: list[list[int]]
+    output_reads: torch.Tensor | None = None
 
     def block(self, name: str) -> torch.Tensor:
         """The columns of node ``name``: (M, block_size)."""
@@ -61,6 +66,22 @@ def _position_mask(position_mask: torch.Tensor | None, tokens: torch.Tensor) -> 
     return mask
 
 
+def _answer_pairs(answers: torch.Tensor | None, tokens: torch.Tensor, d_vocab: int) -> None:
+    """Check ``answers: (M, 2)`` token ids (answer, wrong) against ``tokens: (M, P)``."""
+    if answers is None:
+        return
+    if answers.ndim != 2 or answers.shape != (len(tokens), 2):
+        raise ValueError(
+            f"answers must be (prompts, 2) token ids (answer, wrong) for {len(tokens)} prompts, "
+            f"got shape {tuple(answers.shape)}"
+        )
+    if answers.dtype.is_floating_point or answers.dtype == torch.bool:
+        raise ValueError(f"answers must be integer token ids, got {answers.dtype}")
+    low, high = (int(answers.min()), int(answers.max())) if len(answers) else (0, 0)
+    if not 0 <= low <= high < d_vocab:
+        raise ValueError(f"answers must be token ids in [0, {d_vocab}), got {low}..{high}")
+
+
 def collect_nodes(
     model: HookedTransformer,
     tokens: torch.Tensor,
@@ -68,16 +89,19 @@ def collect_nodes(
     batch_size: int | None = None,
     memory_gib: float = DEFAULT_PASS_GIB,
     progress: bool = False,
+    answers: torch.Tensor | None = None,
 ) -> NodeActivations:
     """Token-averaged activations of every graph node on ``tokens: (M, P)``.
 
     ``position_mask: (P,)`` or ``(M, P)`` bool selects the positions averaged over (default all).
     ``batch_size`` prompts run at once; by default as many as fit in ``memory_gib``
-    (:func:`~circuitlasso.data.graph.prompts_per_batch`).
+    (:func:`~circuitlasso.data.graph.prompts_per_batch`). ``answers: (M, 2)`` token ids
+    (answer, wrong) make the output node each prompt's logit difference, one column.
     """
     require_hook_flags(model)
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be (prompts, positions), got shape {tuple(tokens.shape)}")
+    _answer_pairs(answers, tokens, model.cfg.d_vocab)
     nodes = graph_nodes(model)
     mask = _position_mask(position_mask, tokens)
     if batch_size is None:
@@ -95,6 +119,10 @@ def collect_nodes(
 
         with torch.inference_mode():
             logits = model.run_with_hooks(batch, fwd_hooks=[(h, save) for h in hooks])
+        if answers is not None:
+            pair = answers[start : start + batch_size].to(logits.device)  # (B, 2)
+            picked = logits.gather(-1, pair[:, None, :].expand(-1, logits.shape[1], -1))
+            logits = picked[..., :1] - picked[..., 1:]  # (B, P, 1)
         cache[LOGITS] = logits
         for j, node in enumerate(nodes):
             act = cache[node.hook]
@@ -102,9 +130,15 @@ def collect_nodes(
                 act = act[:, :, node.head]
             blocks[j].append(mean_over_real(act, chosen).float().cpu())
     columns = [torch.cat(b) for b in blocks]
+    reads = None
+    if answers is not None:
+        unembed = model.W_U.detach().float().cpu()  # (d_model, d_vocab)
+        pairs = answers.cpu()
+        reads = (unembed[:, pairs[:, 0]] - unembed[:, pairs[:, 1]]).T
     return NodeActivations(
         X=torch.cat(columns, dim=1),
         names=[n.name for n in nodes],
         block_sizes=[c.shape[1] for c in columns],
         parents=allowed_parents(nodes),
+        output_reads=reads,
     )

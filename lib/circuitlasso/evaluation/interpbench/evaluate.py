@@ -61,9 +61,16 @@ class MethodRun:
 
 
 def run_method(
-    method: str, model: HookedTransformer, prompts: PromptPairs, seed: int = 0
+    method: str,
+    model: HookedTransformer,
+    prompts: PromptPairs,
+    seed: int = 0,
+    answers: torch.Tensor | None = None,
 ) -> MethodRun:
-    """Run one of ``METHODS`` on the model and prompts."""
+    """Run one of ``METHODS`` on the model and prompts. ``answers: (M, 2)``, the (answer, wrong)
+    token ids of each clean prompt (its corrupted prompt is read on the same two), make
+    CircuitLasso's output node the logit difference (:func:`~circuitlasso.circuits.components.
+    component_circuit`); EAP keeps its own metric."""
     if method in ("eap", "eap-ig"):
         steps = EAP_IG_STEPS if method == "eap-ig" else 0
         result = edge_attribution_patching(
@@ -87,6 +94,7 @@ def run_method(
             nonlinear=method.startswith("circuitlasso-nonlinear"),
             read_projection=method.endswith("-read"),
             seed=seed,
+            answers=None if answers is None else torch.cat([answers, answers]),
         )
         return MethodRun(lasso.scores, lasso.threshold, lasso.collect_seconds, lasso.solve_seconds)
     raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
