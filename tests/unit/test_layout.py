@@ -99,9 +99,6 @@ def test_the_api_reference_covers_every_public_module():
 
 
 NOTEBOOK_CODE_LINES = 45
-# the chapters whose logic has not moved into the library yet: held where they are, so that they
-# can only shrink
-NOTEBOOK_CODE_LINES_NOW = {"faithfulness": 59}
 
 
 def test_every_notebook_is_at_most_45_lines_of_code():
@@ -116,9 +113,4 @@ def test_every_notebook_is_at_most_45_lines_of_code():
                  for line in "".join(cell["source"]).splitlines()
                  if line.strip() and not line.strip().startswith("#")]  # fmt: skip
         lengths[path.stem] = len(lines)
-    over = {
-        name: n
-        for name, n in lengths.items()
-        if n > NOTEBOOK_CODE_LINES_NOW.get(name, NOTEBOOK_CODE_LINES)
-    }
-    assert over == {}
+    assert {name: n for name, n in lengths.items() if n > NOTEBOOK_CODE_LINES} == {}

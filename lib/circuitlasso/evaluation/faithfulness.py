@@ -26,6 +26,9 @@ module chooses what is compared and how it is tabulated.
   (columns ``n, faithfulness, completeness, m_circuit, m_complement, m_full, m_empty, method``).
 - Reports: :func:`curve_table`, :func:`runtime_table`, :func:`write_curves`, :func:`size_for`,
   :func:`curve_points` and the section's :func:`summary`.
+
+:class:`~circuitlasso.evaluation.faithfulness_run.FaithfulnessRun` calls these steps in the
+section's order on one loaded study.
 """
 
 from __future__ import annotations

@@ -1,0 +1,209 @@
+"""The faithfulness experiment (paper App. C.5, Fig. 4) as one object whose methods are its steps,
+in the order the section runs them.
+
+:class:`FaithfulnessRun` holds a loaded :class:`~circuitlasso.circuits.study.FeatureStudy`, its
+evaluation :class:`~circuitlasso.evaluation.faithfulness.Sentences`, the clock of CircuitLasso's
+stages and each step's result; every step is the function of
+:mod:`circuitlasso.evaluation.faithfulness` of the same name, called on what the earlier steps
+left:
+
+1. :meth:`~FaithfulnessRun.fit_circuit`: the label regression, then the layer-pair regressions,
+   the trace and the surrogate's ranking (``trace_surrogate``), timed stage by stage;
+2. :meth:`~FaithfulnessRun.attribution`: the metric by name (``evaluation_metric``) and the
+   attribution baseline (``attribution_baseline``); :meth:`~FaithfulnessRun.runtime_table`;
+3. :meth:`~FaithfulnessRun.node_sweep` (``node_rankings``, then ``node_sweep``) and
+   :meth:`~FaithfulnessRun.edge_sweep` (``edge_rankings``, then ``edge_sweep``);
+4. :meth:`~FaithfulnessRun.write_curves` and :meth:`~FaithfulnessRun.summary`.
+
+A step whose inputs are missing raises ``RuntimeError`` naming the step to run first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import pandas as pd
+from transformer_lens import HookedTransformer
+
+from circuitlasso.circuits.study import FeatureStudy
+from circuitlasso.data.minimal_pairs import MinimalPair
+from circuitlasso.estimator import CircuitLasso
+from circuitlasso.evaluation import faithfulness as fa
+from circuitlasso.evaluation.metrics import Metric
+from circuitlasso.timing import Stopwatch
+
+T = TypeVar("T")
+
+
+def _need(value: T | None, step: str) -> T:
+    """``value``, or a ``RuntimeError`` naming the ``step`` that sets it."""
+    if value is None:
+        raise RuntimeError(f"run {step} first")
+    return value
+
+
+@dataclass
+class FaithfulnessRun:
+    """A ``study``, its evaluation ``sentences`` and, once their steps have run, the fitted
+    ``estimator``, the ``traced`` circuit and surrogate, the ``measure`` of node ablation and the
+    ``evaluated`` sentences it is measured on, the attribution ``baseline`` and the ``node`` and
+    ``edge`` sweeps; ``clock`` times CircuitLasso's stages. ``seed`` seeds the random rankings,
+    ``batch_size`` every forward pass."""
+
+    study: FeatureStudy
+    sentences: fa.Sentences
+    seed: int = 0
+    batch_size: int = 64
+    clock: Stopwatch = field(default_factory=Stopwatch)
+    estimator: CircuitLasso | None = None
+    traced: fa.TracedSurrogate | None = None
+    measure: Metric | None = None
+    evaluated: fa.Sentences | None = None
+    baseline: fa.Baseline | None = None
+    node: pd.DataFrame | None = None
+    edge: pd.DataFrame | None = None
+
+    @classmethod
+    def load(
+        cls,
+        name: str,
+        layers: Sequence[int] | None,
+        hook: str,
+        dataset: str,
+        splits: tuple[str, str] = ("train", "test"),
+        *,
+        n_eval: int = 50,
+        n_reference: int = 500,
+        max_prompts: int | None = None,
+        seed: int = 0,
+        device: str = "cpu",
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> FaithfulnessRun:
+        """:meth:`FeatureStudy.load <circuitlasso.circuits.study.FeatureStudy.load>` (its
+        features collected) and :func:`~circuitlasso.evaluation.faithfulness.evaluation_sentences`
+        of its frames: ``n_eval`` test sentences per class, ``n_reference`` training ones."""
+        study = FeatureStudy.load(
+            name,
+            layers,
+            hook,
+            dataset,
+            splits,
+            max_prompts=max_prompts,
+            seed=seed,
+            device=device,
+            batch_size=batch_size,
+            progress=progress,
+        )
+        sentences = fa.evaluation_sentences(study.train, study.test, n_eval, n_reference, seed)
+        return cls(study, sentences, seed=seed, batch_size=batch_size)
+
+    def __str__(self) -> str:
+        return f"{self.sentences}, SAEs on layers {self.study.layers}"
+
+    @property
+    def _model(self) -> HookedTransformer:
+        # the ablation and attribution functions are typed for a decoder; an encoder (the
+        # study's HookedEncoder) runs through them the same way
+        return cast(HookedTransformer, self.study.model)
+
+    def fit_circuit(
+        self,
+        lam: float,
+        lam_ratio: float = 0.1,
+        min_prompts: int = 10,
+        *,
+        roots: int | None = None,
+        k: int = 4,
+    ) -> fa.TracedSurrogate:
+        """Fit ``CircuitLasso(label_lam=lam, lam_ratio, min_prompts)`` to the study's features
+        ``{layer: (M, D)}`` and labels ``(M,)``, then
+        :func:`~circuitlasso.evaluation.faithfulness.trace_surrogate` (``roots``, ``k``). A fresh
+        ``clock`` records the features' first collection (their ``compute_seconds``), then times
+        the label regression and the rest."""
+        self.clock = Stopwatch()
+        # LayerFeatures know the seconds of their first collection; a plain mapping does not
+        seconds = getattr(self.study.Z, "compute_seconds", None)
+        self.clock.record("collect SAE features", seconds)
+        estimator = CircuitLasso(label_lam=lam, lam_ratio=lam_ratio, min_prompts=min_prompts)
+        self.estimator = estimator.fit(self.study.Z, self.study.y)
+        self.clock.lap("label regression")
+        self.traced = fa.trace_surrogate(self.estimator, self.study.y.tolist(), roots=roots, k=k)
+        self.clock.lap("layer-pair regressions, trace, ranking")
+        return self.traced
+
+    def attribution(
+        self,
+        metric: str = "readout",
+        *,
+        steps: int = 10,
+        pairs: Sequence[MinimalPair] | None = None,
+    ) -> fa.Baseline:
+        """Choose the ``metric`` of node ablation by name
+        (:func:`~circuitlasso.evaluation.faithfulness.evaluation_metric`, ``pairs`` for
+        ``"minimal_pairs"``) and compute the attribution baseline of it (``steps`` IG steps;
+        :func:`~circuitlasso.evaluation.faithfulness.attribution_baseline`)."""
+        self.measure, self.evaluated = fa.evaluation_metric(
+            metric, _need(self.estimator, "fit_circuit"), self.sentences, pairs=pairs
+        )
+        self.baseline = fa.attribution_baseline(
+            self._model,
+            self.study.saes,
+            self.measure,
+            self.evaluated,
+            steps=steps,
+            batch_size=self.batch_size,
+        )
+        return self.baseline
+
+    def runtime_table(self) -> pd.DataFrame:
+        """CircuitLasso's stages and each method's seconds
+        (:func:`~circuitlasso.evaluation.faithfulness.runtime_table`)."""
+        return fa.runtime_table(self.clock, _need(self.baseline, "attribution"))
+
+    def node_sweep(self, sizes: Sequence[int] | None = None) -> pd.DataFrame:
+        """Node ablation of the three rankings
+        (:func:`~circuitlasso.evaluation.faithfulness.node_rankings`) at ``sizes`` (None: powers
+        of two): :func:`~circuitlasso.evaluation.faithfulness.node_sweep`'s table."""
+        baseline = _need(self.baseline, "attribution")
+        saes = self.study.saes
+        rankings = fa.node_rankings(_need(self.traced, "fit_circuit"), baseline, saes, self.seed)
+        self.node = fa.node_sweep(
+            self._model,
+            saes,
+            _need(self.measure, "attribution"),
+            _need(self.evaluated, "attribution"),
+            rankings,
+            baseline.means,
+            sizes=sizes,
+            batch_size=self.batch_size,
+        )
+        return self.node
+
+    def edge_sweep(self, sizes: Sequence[int] | None = None) -> pd.DataFrame:
+        """Edge ablation of the surrogate's and a random ranking
+        (:func:`~circuitlasso.evaluation.faithfulness.edge_rankings`) at ``sizes`` (None: powers
+        of two): :func:`~circuitlasso.evaluation.faithfulness.edge_sweep`'s table."""
+        surrogate = _need(self.traced, "fit_circuit").surrogate
+        self.edge = fa.edge_sweep(surrogate, fa.edge_rankings(surrogate, self.seed), sizes)
+        return self.edge
+
+    def write_curves(self, path: str | Path) -> None:
+        """Both sweeps to one CSV (:func:`~circuitlasso.evaluation.faithfulness.write_curves`)."""
+        fa.write_curves(_need(self.node, "node_sweep"), _need(self.edge, "edge_sweep"), path)
+
+    def summary(self, target: float) -> dict[str, Any]:
+        """The section's summary (:func:`~circuitlasso.evaluation.faithfulness.summary`), sizes
+        for faithfulness ``target``."""
+        return fa.summary(
+            _need(self.traced, "fit_circuit"),
+            _need(self.node, "node_sweep"),
+            _need(self.edge, "edge_sweep"),
+            self.clock,
+            _need(self.baseline, "attribution"),
+            target,
+            metric=_need(self.measure, "attribution"),
+        )
