@@ -75,9 +75,8 @@ def test_load_is_the_study_and_its_evaluation_sentences(study: FeatureStudy) -> 
         loaded = FaithfulnessRun.load("toy", [2, 3], "resid_post", "toy_cola", n_eval=3,
                                       n_reference=12, max_prompts=200, seed=1,
                                       batch_size=8)  # fmt: skip
-    assert calls == [(("toy", [2, 3], "resid_post", "toy_cola", ("train", "test")),
-                      {"max_prompts": 200, "seed": 1, "device": "cpu", "batch_size": 8,
-                       "progress": False})]  # fmt: skip
+    assert calls == [(("toy", [2, 3], "resid_post", "toy_cola"),
+                      {"max_prompts": 200, "seed": 1, "batch_size": 8})]  # fmt: skip
     assert loaded.study is study
     assert loaded.sentences == fa.evaluation_sentences(study.train, study.test, 3, 12, seed=1)
     assert (loaded.seed, loaded.batch_size) == (1, 8)

@@ -69,35 +69,20 @@ class FaithfulnessRun:
     @classmethod
     def load(
         cls,
-        name: str,
-        layers: Sequence[int] | None,
-        hook: str,
-        dataset: str,
-        splits: tuple[str, str] = ("train", "test"),
-        *,
+        *study_args: Any,
         n_eval: int = 50,
         n_reference: int = 500,
-        max_prompts: int | None = None,
         seed: int = 0,
-        device: str = "cpu",
         batch_size: int = 64,
-        progress: bool = False,
+        **study_options: Any,
     ) -> FaithfulnessRun:
-        """:meth:`FeatureStudy.load <circuitlasso.circuits.study.FeatureStudy.load>` (its
-        features collected) and :func:`~circuitlasso.evaluation.faithfulness.evaluation_sentences`
-        of its frames: ``n_eval`` test sentences per class, ``n_reference`` training ones."""
-        study = FeatureStudy.load(
-            name,
-            layers,
-            hook,
-            dataset,
-            splits,
-            max_prompts=max_prompts,
-            seed=seed,
-            device=device,
-            batch_size=batch_size,
-            progress=progress,
-        )
+        """:meth:`FeatureStudy.load <circuitlasso.circuits.study.FeatureStudy.load>` of
+        ``study_args`` and ``study_options`` (model name, layers, hook, data set, splits,
+        ``max_prompts``, ``device``, ...; its features collected) with ``seed`` and
+        ``batch_size``, which the run keeps too, and
+        :func:`~circuitlasso.evaluation.faithfulness.evaluation_sentences` of its frames:
+        ``n_eval`` test sentences per class, ``n_reference`` training ones."""
+        study = FeatureStudy.load(*study_args, seed=seed, batch_size=batch_size, **study_options)
         sentences = fa.evaluation_sentences(study.train, study.test, n_eval, n_reference, seed)
         return cls(study, sentences, seed=seed, batch_size=batch_size)
 
