@@ -270,9 +270,12 @@ class FeatureStudy:
         ``Z_test``, ``y_test``)."""
         with self.clock.timed("label regression (search + fit)"):
             estimator = CircuitLasso(
-                lam_ratio=lam_ratio, roots=roots, k=k, min_prompts=min_prompts,
+                lam_ratio=lam_ratio,
+                roots=roots,
+                k=k,
+                min_prompts=min_prompts,
                 standardized=standardized,
-            )  # fmt: skip
+            )
             search = GridSearchCV(estimator, {"label_lam": list(lams)}, cv=cv)
             search.fit(self.Z, self.y)
             ablation = penalty_table(search, self.Z, self.y, self.Z_test, self.y_test)
