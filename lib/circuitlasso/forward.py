@@ -275,7 +275,8 @@ def splice_hooks(
 
     ``real: (B, P)`` bool marks the real tokens; ``ablate[layer]: (D,)`` bool the features set
     to ``means[layer]: (D,)`` at real tokens; ``record[layer]`` receives the (ablated) features
-    ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``. Each SAE is keyed by its
+    ``(B, P, D)``. The hook returns ``decode(z') + (x - decode(z))``: ``x`` itself, without a
+    decode, at a layer with no feature to ablate. Each SAE is keyed by its
     hook name or the layer of its hook (:func:`sae_layers`); ``ablate``, ``means`` and
     ``record`` are keyed by layer.
     """
@@ -285,15 +286,18 @@ def splice_hooks(
     for layer, sae in saes.items():
 
         def splice(x: torch.Tensor, hook: Any, layer: int = layer, sae: SAE = sae) -> torch.Tensor:
-            z = to_dense(sae.encode(x))
-            edited, mask = z, ablate.get(layer)
-            if mask is not None and bool(mask.any()):
-                assert means is not None
+            mask = ablate.get(layer)
+            edits = mask is not None and bool(mask.any())
+            if not edits and record is None:
+                return x  # decode(z) + (x - decode(z)), without encoding
+            z = edited = to_dense(sae.encode(x))
+            if edits:
+                assert mask is not None and means is not None
                 where = real.to(z.device)[:, :, None] & mask.to(z.device)
                 edited = torch.where(where, means[layer].to(z), z)
             if record is not None:
                 record[layer] = edited
-            return sae.decode(edited) + (x - sae.decode(z))
+            return sae.decode(edited) + (x - sae.decode(z)) if edits else x
 
         hooks.append((str(sae.cfg.metadata.hook_name), splice))
     return hooks

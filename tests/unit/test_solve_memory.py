@@ -62,6 +62,30 @@ def test_dense_gram_is_built_in_the_precision_that_fits():
     assert SparseProblem(x, None, y_t, 4 * p * p - 1, torch.float64).G is None
 
 
+def test_gradients_of_more_outputs_than_one_product_takes_match_dense_algebra():
+    """X~^T r, ||r||^2 and <y_c, r> of 21 outputs (three products of PRODUCT_OUTPUTS or fewer)
+    against the same algebra on dense, explicitly centered arrays."""
+    X, Y = _sparse_problem(M=90, p=30, d=21)
+    x = csr_from_scipy(sp.csr_matrix(X), torch.float64, torch.device("cpu"))
+    y_t = torch.from_numpy(np.ascontiguousarray(Y.T))
+    mu = torch.from_numpy(np.asarray(X.mean(0)).ravel())
+    problem = SparseProblem(x, mu, y_t, 0, torch.float64)
+    assert Y.shape[1] > 2 * problems_module.PRODUCT_OUTPUTS
+    rng = np.random.default_rng(1)
+    W = torch.from_numpy(np.stack([rng.choice(30, 5, replace=False) for _ in range(21)]))
+    b = torch.from_numpy(rng.standard_normal((21, 5)))
+    g, rr, yr = problem.gradient(torch.arange(21), W, b)
+    Xc = X.toarray() - X.toarray().mean(0)
+    B = np.zeros((30, 21))
+    for j in range(21):
+        B[W[j].numpy(), j] = b[j].numpy()
+    Yc = Y - Y.mean(0)
+    R = Yc - Xc @ B
+    np.testing.assert_allclose(g.numpy(), (Xc.T @ R).T, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(rr.numpy(), (R**2).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(yr.numpy(), (Yc * R).sum(0), rtol=1e-12)
+
+
 def test_a_budget_too_small_for_the_problem_is_refused_before_any_work():
     X, Y = _sparse_problem()
     with pytest.raises(MemoryBudgetError, match=r"needs at least .* GiB .* budget is 0\.00 GiB"):
