@@ -78,16 +78,20 @@ def _layer_scores(
     sae_hook = str(sae.cfg.metadata.hook_name)
     stop = None if LOGITS in reads else stop_at_layer([sae_hook, *reads])
     scores = torch.zeros(sae.cfg.d_sae, dtype=torch.float64)
+    clean: dict[str, torch.Tensor] = {}  # z and the error term: every step reads the same x
     for step in range(steps):
         alpha = (step + 0.5) / steps  # midpoint rule on [0, 1]
         state: dict[str, torch.Tensor] = {}
         seen: dict[str, torch.Tensor] = {}
 
         def patch(x: torch.Tensor, hook: Any, alpha: float = alpha, state=state) -> torch.Tensor:
-            z = to_dense(sae.encode(x)).detach()
+            if not clean:
+                z = to_dense(sae.encode(x)).detach()
+                clean["z"], clean["error"] = z, (x - sae.decode(z)).detach()
+            z = clean["z"]
             path = torch.where(mask, base + alpha * (z - base), z).requires_grad_(True)
             state["clean"], state["path"] = z, path
-            return sae.decode(path) + (x - sae.decode(z)).detach()
+            return sae.decode(path) + clean["error"]
 
         def read(x: torch.Tensor, hook: Any, seen=seen) -> None:
             seen[hook.name] = x
