@@ -259,7 +259,8 @@ def run(args: argparse.Namespace) -> tuple[Stages, dict[str, Any]]:
     stages.memory.close()
 
     print(stages.table().to_string(float_format=lambda v: f"{v:.3g}"))
-    print(STAND_IN)
+    if args.model is None:
+        print(STAND_IN)
     missing = [child for child in layers[1:] if child not in pairs]
     n_pairs = len(layers) - 1
     print(

@@ -131,12 +131,20 @@ def test_gap_threshold_keeps_uniform_scores_and_handles_zeros():
         gap_threshold({("a", "b"): float("nan")})
 
 
-def test_block_norm_scores_are_frobenius_norms():
-    blocks = {(0, 1): torch.tensor([[3.0, 0.0], [0.0, 4.0]]), (0, 2): torch.zeros(2, 1)}
-    scores = block_norm_scores(blocks, ["input", "m0", "output"])
-    assert scores == {("input", "m0"): pytest.approx(5.0), ("input", "output"): 0.0}
+def test_block_norm_scores_are_frobenius_norms_per_child_column():
+    blocks = {
+        (0, 1): torch.tensor([[3.0, 0.0], [0.0, 4.0]]),
+        (0, 2): torch.tensor([[1.0], [2.0]]),
+        (1, 2): torch.zeros(2, 1),
+    }
+    scores = block_norm_scores(blocks, ["input", "m0", "output"], {1: 2, 2: 1})
+    assert scores == {
+        ("input", "m0"): pytest.approx(5.0 / 2**0.5),  # ||A||_F over sqrt(2 columns)
+        ("input", "output"): pytest.approx(5.0**0.5),
+        ("m0", "output"): 0.0,
+    }
     with pytest.raises(ValueError, match="out of range"):
-        block_norm_scores({(0, 5): torch.ones(1, 1)}, ["input", "m0"])
+        block_norm_scores({(0, 5): torch.ones(1, 1)}, ["input", "m0"], {5: 1})
 
 
 def test_ranking_metrics_treat_scores_closer_than_the_tolerance_as_ties() -> None:

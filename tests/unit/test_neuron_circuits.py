@@ -57,13 +57,31 @@ def test_linear_scores_match_a_reference_lasso_and_find_the_chain():
         start = 0
         for i in parents:
             size = acts.block_sizes[i]
-            expected = np.linalg.norm(coef[start : start + size])
+            expected = np.linalg.norm(coef[start : start + size]) / np.sqrt(y.shape[1])
             assert scores[(NAMES[i], NAMES[j])] == pytest.approx(expected, rel=1e-3, abs=1e-6)
             start += size
     smallest_true = min(scores[e] for e in TRUE_EDGES)
     assert smallest_true > 0.3
     assert max(s for e, s in scores.items() if "a0.h1" in e) < 0.5 * smallest_true
     assert circuit_at_threshold(scores, gap_threshold(scores)).edges == TRUE_EDGES
+
+
+@pytest.mark.parametrize("scorer", [linear_edge_scores, nonlinear_edge_scores])
+def test_a_child_s_width_does_not_scale_its_edges(scorer):
+    """The same parent copied into a one-column child and, column by column, into a four-column
+    child (one constant column more) scores alike: the score is per child column."""
+    g = torch.Generator().manual_seed(2)
+    m = 600
+    a = torch.randn(m, 1, generator=g, dtype=torch.float64)
+    noise = lambda q: 0.5 * torch.randn(m, q, generator=g, dtype=torch.float64)
+    narrow = a + noise(1)
+    wide = torch.cat([a.repeat(1, 4) + noise(4), torch.ones(m, 1, dtype=torch.float64)], 1)
+    blocks = [a, narrow, wide]
+    acts = NodeActivations(
+        torch.cat(blocks, 1), ["input", "m0", "output"], [1, 1, 5], [[], [0], [0]]
+    )
+    scores = scorer(acts)
+    assert scores[("input", "output")] == pytest.approx(scores[("input", "m0")], rel=0.1)
 
 
 def test_read_projection_ignores_what_the_child_cannot_read():

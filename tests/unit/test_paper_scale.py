@@ -99,6 +99,7 @@ def test_a_real_model_runs_with_its_own_saes_and_pairs_between_its_sae_layers(
                                 "--data", str(shared_data)])  # fmt: skip
     out = capsys.readouterr().out
     assert "smollm2-135m: 30 layers, d_model=576; SAEs on layers [14, 19], width 1536" in out
+    assert paper_scale.STAND_IN not in out  # real weights and SAEs
     assert list(summary["stage_seconds"]) == [
         "load model + SAEs", "collect", "label fit", "pair 14->19", "trace",
     ]  # fmt: skip

@@ -202,15 +202,23 @@ def edge_auroc(scores: Mapping[Edge, float], true: Circuit) -> float:
 
 
 def block_norm_scores(
-    coefficients: Mapping[tuple[int, int], torch.Tensor], names: list[str]
+    coefficients: Mapping[tuple[int, int], torch.Tensor],
+    names: list[str],
+    child_widths: Mapping[int, int],
 ) -> EdgeScores:
-    """Edge scores from coefficient blocks: ``(parent_block, child_block) -> A: (p_i, p_j)``.
+    """Edge scores from coefficient blocks: ``(parent_block, child_block) -> A: (p_i, q_j)``.
 
-    The score of edge ``names[i] -> names[j]`` is the Frobenius norm of its block.
+    The score of edge ``names[i] -> names[j]`` is the root mean square over the child's columns
+    of its block's column norms, ``||A||_F / sqrt(child_widths[j])``, with ``child_widths[j]``
+    the child's non-constant (standardized) columns. On standardized data a squared column norm
+    measures the variance of one child column the parent accounts for, so an edge into a
+    one-column child (a logit difference) and one into a d_model-wide child compare on one
+    scale; a plain Frobenius norm grows with the child's width.
     """
     scores: EdgeScores = {}
     for (i, j), block in coefficients.items():
         if not (0 <= i < len(names) and 0 <= j < len(names)):
             raise ValueError(f"block index ({i}, {j}) out of range for {len(names)} names")
-        scores[(names[i], names[j])] = float(torch.linalg.norm(block.double()))
+        width = max(int(child_widths[j]), 1)
+        scores[(names[i], names[j])] = float(torch.linalg.norm(block.double())) / width**0.5
     return scores

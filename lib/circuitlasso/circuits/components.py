@@ -5,7 +5,11 @@ to feed it (:func:`circuitlasso.data.graph.allowed_parents`); the edge ``parent 
 scored by how much the fitted model uses the parent's block.
 
 - linear (the paper's method): one block-upper-triangular Lasso (:func:`circuitlasso.solve.
-  block_lasso`) on standardized columns; the score is the Frobenius norm of the coefficient block.
+  block_lasso`) on standardized columns; the score is the Frobenius norm of the coefficient block
+  over the square root of the child's width (its non-constant columns), the root mean square
+  over the child's columns (:func:`~circuitlasso.circuits.circuit.block_norm_scores`), so that
+  children of different widths (a d_model-wide head, a one-column logit difference) score on one
+  scale.
 - linear with ``read_projection``: each parent's activation is first mapped through the child's
   read weights (W_Q|W_K|W_V of a head, W_in of an MLP, W_U of the output; for an output that is
   each prompt's logit difference, its own ``W_U[:, answer] - W_U[:, wrong]``), so a parent only
@@ -14,7 +18,9 @@ scored by how much the fitted model uses the parent's block.
   variant takes the same projection.
 - nonlinear: per child a one-hidden-layer ReLU MLP ``Y ~ relu(X W1^T + b1) W2^T + b2`` with a
   group-lasso penalty on the first-layer weights, one group per parent block; the score is the
-  group norm ``||W1[:, g]||_F``. Constant parents score 0 and stay out of the fit.
+  group norm ``||W1[:, g]||_F`` over the square root of the child's width, as the linear score
+  (the second layer is held in the unit ball, so the first grows with the output's width).
+  Constant parents score 0 and stay out of the fit.
 
 Both variants choose their penalty the same way: ``lam_ratio`` times the child's smallest all-zero
 penalty, on standardized data. For the Lasso that is its lam_max, ``max |x_k^T y_t| / M``. The
@@ -62,6 +68,8 @@ NEGLIGIBLE_STD = 1e-6  # columns whose std is below this fraction of the largest
 LINEAR_TOL = 1e-4  # the linear fits stop at a duality gap below this times each column's variance
 MLP_INIT = 0.1  # norm of each hidden unit's first-layer weights at the start of a nonlinear fit
 
+Blocks = dict[tuple[int, int], torch.Tensor]  # (parent, child) -> coefficient block (p_i, q_j)
+
 
 @dataclass(frozen=True)
 class CircuitLassoResult:
@@ -90,6 +98,12 @@ def standardize(x: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(x)
     out[:, live] = (x[:, live] - mean[live]) / norm[live] * (len(x) - 1) ** 0.5
     return out
+
+
+def live_width(x: torch.Tensor) -> int:
+    """Non-constant columns of a standardized ``x: (M, q)`` (:func:`standardize` zeroes the
+    constant ones)."""
+    return int(x.abs().any(0).sum())
 
 
 def _lam_max(predictors: torch.Tensor, targets: torch.Tensor) -> float:
@@ -158,12 +172,14 @@ def _read(
 
 def _paper_lasso_blocks(
     acts: NodeActivations, lam_ratio: float, tol: float
-) -> dict[tuple[int, int], torch.Tensor]:
-    """One block-upper-triangular Lasso on the standardized X: coefficient blocks (p_i, p_j)."""
+) -> tuple[Blocks, dict[int, int]]:
+    """One block-upper-triangular Lasso on the standardized X: coefficient blocks (p_i, p_j),
+    and each block's width (:func:`live_width`)."""
     x = standardize(acts.X)
     offsets = [0]
     for size in acts.block_sizes:
         offsets.append(offsets[-1] + size)
+    widths = {j: live_width(x[:, offsets[j] : offsets[j + 1]]) for j in range(len(acts.names))}
     lam = torch.ones(x.shape[1], dtype=torch.float64)  # any lam works for constant children
     for j, parents in enumerate(acts.parents):
         if parents:
@@ -174,18 +190,21 @@ def _paper_lasso_blocks(
     result = block_lasso(
         x, acts.block_sizes, acts.parents, lam, normalize=False, tol=tol, dtype=torch.float64
     )
-    return result.coef
+    return result.coef, widths
 
 
 def _read_lasso_blocks(
     acts: NodeActivations, lam_ratio: float, reads: dict[str, torch.Tensor], tol: float
-) -> dict[tuple[int, int], torch.Tensor]:
-    """One Lasso per child on its read-projected, whitened parents: coefficient blocks."""
-    blocks: dict[tuple[int, int], torch.Tensor] = {}
+) -> tuple[Blocks, dict[int, int]]:
+    """One Lasso per child on its read-projected, whitened parents: coefficient blocks, and each
+    child's width (:func:`live_width`)."""
+    blocks: Blocks = {}
+    widths: dict[int, int] = {}
     for j, parents in enumerate(acts.parents):
         if not parents:
             continue
         predictors, sizes, target = _child_design(acts, j, reads)
+        widths[j] = live_width(target)
         top = _lam_max(predictors, target)
         if top == 0:
             continue
@@ -193,7 +212,7 @@ def _read_lasso_blocks(
             predictors, target, lam_ratio * top, normalize=False, tol=tol, dtype=torch.float64
         ).coef
         blocks.update({(i, j): b for i, b in zip(parents, torch.split(coef, sizes), strict=True)})
-    return blocks
+    return blocks, widths
 
 
 def linear_edge_scores(
@@ -202,7 +221,8 @@ def linear_edge_scores(
     reads: dict[str, torch.Tensor] | None = None,
     tol: float = LINEAR_TOL,
 ) -> EdgeScores:
-    """Lasso edge scores: Frobenius norm of each standardized coefficient block.
+    """Lasso edge scores: Frobenius norm of each standardized coefficient block over the square
+    root of its child's width (:func:`~circuitlasso.circuits.circuit.block_norm_scores`).
 
     ``reads`` (from :func:`read_maps`) switches on the read projection (see module docstring).
     """
@@ -213,10 +233,10 @@ def linear_edge_scores(
         (names[i], names[j]): 0.0 for j, ps in enumerate(acts.parents) for i in ps
     }
     if reads is None:
-        blocks = _paper_lasso_blocks(acts, lam_ratio, tol)
+        blocks, widths = _paper_lasso_blocks(acts, lam_ratio, tol)
     else:
-        blocks = _read_lasso_blocks(acts, lam_ratio, reads, tol)
-    scores.update(block_norm_scores(blocks, names))
+        blocks, widths = _read_lasso_blocks(acts, lam_ratio, reads, tol)
+    scores.update(block_norm_scores(blocks, names, widths))
     return scores
 
 
@@ -301,8 +321,9 @@ def nonlinear_edge_scores(
         norms = _group_sparse_mlp(
             x, live_sizes, target, lam_ratio * top, hidden, max_steps, tol, generator
         )
+        width = live_width(target)
         for k, norm in zip(live, norms, strict=True):
-            scores[(names[parents[k]], names[j])] = norm
+            scores[(names[parents[k]], names[j])] = norm / width**0.5
     return scores
 
 
