@@ -14,8 +14,10 @@ CMD; m the logit difference answer - wrong at each prompt's last real token).
   clean and counterfactual train prompts stacked, activations averaged over the real tokens (no
   BOS), the output node each prompt's logit difference answer - wrong (one column, where the
   logits would be the whole vocabulary); node-edge scores, a head's score given to its q, k and
-  v inputs alike. The nonlinear
-  variants are options (``--methods``).
+  v inputs alike. ``circuitlasso-linear`` and the nonlinear variants are options
+  (``--methods``): on SmolLM2 the paper's block Lasso over every node's d_model columns (173k)
+  would return over 100 GiB of dense coefficient blocks, which its memory check refuses before
+  any work (:func:`~circuitlasso.solve.block.check_coefficient_bytes`).
 - ``eap`` and ``eap-ig`` (``--ig-steps``): :func:`~circuitlasso.evaluation.eap.
   edge_attribution_patching` with MIB's metric, the logit difference answer - wrong at the last
   real token (its ``metric`` sees no item ids, so the prompts run in chunks, each with its own
@@ -69,7 +71,7 @@ from circuitlasso.evaluation.eap import edge_attribution_patching, receiver_slot
 from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS, run_method
 from circuitlasso.evaluation.mib import MIB_FRACTIONS, mib_edges, mib_score
 
-DEFAULT_METHODS = ("circuitlasso-linear", "circuitlasso-linear-read", "eap", "eap-ig")
+DEFAULT_METHODS = ("circuitlasso-linear-read", "eap", "eap-ig")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -56,8 +56,13 @@ def test_ioi_benchmark_eap(benchmark_script, gpt2_tokenizer_dir: Path, capsys):
 def test_ioi_benchmark_every_method_resumes(
     benchmark_script, tmp_path: Path, gpt2_tokenizer_dir: Path, capsys
 ):
-    result, line = _run(benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path)])
+    methods = ["--methods", "circuitlasso-linear", "circuitlasso-linear-read", "eap", "eap-ig"]
+    result, line = _run(
+        benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path), *methods]
+    )
     _check(line, {"circuitlasso-linear", "circuitlasso-linear-read", "eap", "eap-ig"})
     # a second call reads every row back from the store: the same seconds, measured once
-    again, _ = _run(benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path)])
+    again, _ = _run(
+        benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path), *methods]
+    )
     assert again["cpr"] == result["cpr"] and again["seconds"] == result["seconds"]

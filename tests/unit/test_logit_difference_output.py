@@ -48,8 +48,8 @@ def test_the_read_variant_reads_the_output_along_each_prompts_direction(small):
     model, tokens, answers, mask = small
     acts = collect_nodes(model, tokens, mask, answers=answers)
     j = acts.names.index(OUTPUT)
-    predictors, sizes, target = cc._child_design(acts, j, cc.read_maps(model))
-    assert sizes == [1] * len(acts.parents[j]) and target.shape == (12, 1)
+    predictors, sizes, target, width = cc._child_design(acts, j, cc.read_maps(model))
+    assert sizes == [1] * len(acts.parents[j]) and target.shape == (12, 1) and width == 1
     unembed = model.W_U.detach().double()
     for k, i in enumerate(acts.parents[j]):
         block = acts.block(acts.names[i]).double()

@@ -10,6 +10,7 @@ from circuitlasso.circuits.components import (
     group_lam_max,
     linear_edge_scores,
     nonlinear_edge_scores,
+    principal_axes,
     standardize,
     whiten,
 )
@@ -116,6 +117,24 @@ def test_standardize_gives_unit_variance_and_zeroes_negligible_columns():
     np.testing.assert_allclose(out[:, :2], expected, rtol=1e-9, atol=1e-12)
     # std 1e-8 is below NEGLIGIBLE_STD (1e-6) times the largest (30); 0 is constant
     assert not out[:, 2:].any()
+
+
+def test_principal_axes_keep_the_variance_and_the_least_squares_block_norms():
+    g = torch.Generator().manual_seed(4)
+    m, q = 12, 30  # more columns than prompts, as a head's d_model on a few prompts
+    x = torch.randn(m, 3, generator=g, dtype=torch.float64)
+    y = x @ torch.randn(3, q, generator=g, dtype=torch.float64)
+    y = y + torch.randn(m, q, generator=g, dtype=torch.float64)
+    rotated = principal_axes(y)
+    centered = y - y.mean(0)
+    assert rotated.shape == (m, m - 1)  # centering leaves M - 1 directions
+    gram = rotated.T @ rotated
+    assert torch.allclose(gram, torch.diag(torch.diag(gram)), atol=1e-9)  # uncorrelated
+    assert float(gram.trace()) == pytest.approx(float((centered**2).sum()), rel=1e-12)
+    design = x - x.mean(0)
+    plain = torch.linalg.lstsq(design, centered).solution
+    fit = torch.linalg.lstsq(design, rotated).solution
+    assert float(torch.linalg.norm(fit)) == pytest.approx(float(torch.linalg.norm(plain)), rel=1e-9)
 
 
 def test_whiten_gives_uncorrelated_unit_columns_spanning_the_block():

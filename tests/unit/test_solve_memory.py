@@ -14,7 +14,7 @@ import torch
 from sklearn.linear_model import Lasso
 
 import circuitlasso.solve.problems as problems_module
-from circuitlasso.solve import MemoryBudgetError, lam_max, lasso
+from circuitlasso.solve import MemoryBudgetError, block_lasso, lam_max, lasso
 from circuitlasso.solve._sparse import csr_from_scipy, csr_transpose
 from circuitlasso.solve.problems import SparseProblem
 
@@ -144,6 +144,19 @@ def _solve_in_a_fresh_process(budget: str) -> dict:
 
 @pytest.mark.slow  # solves in subprocesses
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_block_coefficients_over_the_budget_are_refused_before_any_work():
+    # 3 blocks of 2048 columns, each fed by those before it: 3 blocks of 2048^2 float64
+    # coefficients, 96 MiB, over a budget of 64 MiB
+    x = torch.zeros(4, 3 * 2048)
+    parents = [[], [0], [0, 1]]
+    with pytest.raises(MemoryBudgetError, match=r"0\.09 GiB in float64, more than memory_gib"):
+        block_lasso(x, [2048] * 3, parents, 0.1, memory_gib=1 / 16)
+    assert block_lasso(x, [2048] * 3, parents, 0.1, memory_gib=1 / 8).coef[(1, 2)].shape == (
+        2048,
+        2048,
+    )
+
+
 def test_a_solve_within_a_small_budget_equals_the_unconstrained_solve():
     """Unconstrained, this solve builds a dense 6000 x 6000 Gram (0.27 GiB in float64); under a
     0.2 GiB budget it computes its Gram blocks by sparse products instead, stays within the

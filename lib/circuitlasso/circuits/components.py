@@ -14,8 +14,10 @@ scored by how much the fitted model uses the parent's block.
   read weights (W_Q|W_K|W_V of a head, W_in of an MLP, W_U of the output; for an output that is
   each prompt's logit difference, its own ``W_U[:, answer] - W_U[:, wrong]``), so a parent only
   counts through what the child can read, and whitened (a rank-deficient projection becomes a
-  few uncorrelated columns); one :func:`circuitlasso.solve.lasso` per child. The nonlinear
-  variant takes the same projection.
+  few uncorrelated columns); one :func:`circuitlasso.solve.lasso` per child, its target the
+  child's standardized columns rotated onto their principal axes (:func:`principal_axes`: as
+  many outputs as the child has directions of variance, at most M - 1, where a head has
+  d_model columns). The nonlinear variant takes the same projection and target.
 - nonlinear: per child a one-hidden-layer ReLU MLP ``Y ~ relu(X W1^T + b1) W2^T + b2`` with a
   group-lasso penalty on the first-layer weights, one group per parent block; the score is the
   group norm ``||W1[:, g]||_F`` over the square root of the child's width, as the linear score
@@ -129,34 +131,57 @@ def read_maps(model: HookedTransformer) -> dict[str, torch.Tensor]:
     return {name: m.detach().double().cpu() for name, m in maps.items()}
 
 
+def _principal_components(x: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left singular vectors (M, rank) and singular values (rank,) of the centered ``x: (M, p)``,
+    those below ``rtol`` times the largest dropped."""
+    centered = x.double() - x.double().mean(0)
+    if centered.shape[1] == 0:
+        return centered, centered.new_zeros(0)
+    u, sing, _ = torch.linalg.svd(centered, full_matrices=False)
+    rank = int((sing > rtol * max(float(sing[0]), 1e-300)).sum()) if sing.numel() else 0
+    return u[:, :rank], sing[:rank]
+
+
 def whiten(x: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
     """Principal components of ``x: (M, p)`` scaled to unit variance: (M, rank).
 
     Components with a singular value below ``rtol`` times the largest are dropped, so a block
     that the read projection makes rank-deficient becomes a few uncorrelated columns.
     """
-    centered = x.double() - x.double().mean(0)
-    if centered.shape[1] == 0:
-        return centered
-    u, sing, _ = torch.linalg.svd(centered, full_matrices=False)
-    rank = int((sing > rtol * max(float(sing[0]), 1e-300)).sum()) if sing.numel() else 0
-    return u[:, :rank] * len(x) ** 0.5
+    u, _ = _principal_components(x, rtol)
+    return u * len(x) ** 0.5
+
+
+def principal_axes(y: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
+    """``y: (M, q)`` centered and rotated onto its principal axes, the directions without
+    variance dropped: ``U S`` of its thin SVD, (M, rank), rank <= min(M - 1, q).
+
+    Every column's variance is kept, only rotated: a least-squares fit of the rotated target is
+    the rotated fit, with the same Frobenius norm per parent block, and a child with more
+    columns than prompts (a d_model-wide head on a few dozen prompts) needs rank fits, not q.
+    """
+    u, sing = _principal_components(y, rtol)
+    return u * sing
 
 
 def _child_design(
     acts: NodeActivations, j: int, reads: dict[str, torch.Tensor] | None
-) -> tuple[torch.Tensor, list[int], torch.Tensor]:
-    """Predictors (M, p), their per-parent sizes, and the standardized child block (M, q).
+) -> tuple[torch.Tensor, list[int], torch.Tensor, int]:
+    """Predictors (M, p), their per-parent sizes, the child's target (M, q') and its width.
 
-    Without ``reads`` the parent blocks are standardized column by column; with ``reads`` each
-    parent block is mapped through the child's read matrix and whitened (:func:`whiten`).
+    The width is the number of non-constant columns of the standardized child block (q). Without
+    ``reads`` the parent blocks are standardized column by column, and the target is the
+    standardized child block; with ``reads`` each parent block is mapped through the child's
+    read matrix and whitened (:func:`whiten`), and the target is the standardized child block
+    on its principal axes (:func:`principal_axes`, q' <= min(M - 1, q)).
     """
-    child = acts.names[j]
+    child = standardize(acts.block(acts.names[j]))
     blocks = []
     for i in acts.parents[j]:
         block = acts.block(acts.names[i]).double()
         blocks.append(standardize(block) if reads is None else whiten(_read(acts, j, block, reads)))
-    return torch.cat(blocks, 1), [b.shape[1] for b in blocks], standardize(acts.block(child))
+    target = child if reads is None else principal_axes(child)
+    return torch.cat(blocks, 1), [b.shape[1] for b in blocks], target, live_width(child)
 
 
 def _read(
@@ -203,8 +228,7 @@ def _read_lasso_blocks(
     for j, parents in enumerate(acts.parents):
         if not parents:
             continue
-        predictors, sizes, target = _child_design(acts, j, reads)
-        widths[j] = live_width(target)
+        predictors, sizes, target, widths[j] = _child_design(acts, j, reads)
         top = _lam_max(predictors, target)
         if top == 0:
             continue
@@ -308,7 +332,7 @@ def nonlinear_edge_scores(
     for j, parents in enumerate(acts.parents):
         if not parents:
             continue
-        predictors, sizes, target = _child_design(acts, j, reads)
+        predictors, sizes, target, width = _child_design(acts, j, reads)
         blocks = torch.split(predictors, sizes, 1)
         live = [k for k, block in enumerate(blocks) if block.abs().any()]
         if not live or not target.abs().any():
@@ -321,7 +345,6 @@ def nonlinear_edge_scores(
         norms = _group_sparse_mlp(
             x, live_sizes, target, lam_ratio * top, hidden, max_steps, tol, generator
         )
-        width = live_width(target)
         for k, norm in zip(live, norms, strict=True):
             scores[(names[parents[k]], names[j])] = norm / width**0.5
     return scores

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Unpack
 
-from circuitlasso.memory import budget_bytes
+from circuitlasso.memory import MemoryBudgetError, budget_bytes, gib
 from circuitlasso.solve._inputs import Matrix, as_matrix, per_output
 from circuitlasso.solve._sparse import csr_rows, csr_transpose
 from circuitlasso.solve.lasso import LassoResult, OutputCertificates, to_result
@@ -170,6 +170,20 @@ class _SharedDesign:
         return DenseProblem(self.xc[:, predictors], y_t, self.x.dtype)
 
 
+def check_coefficient_bytes(
+    sizes: Sequence[int], parents: Sequence[Sequence[int]], memory: int
+) -> None:
+    """MemoryBudgetError, before any work, where the dense float64 coefficient blocks that
+    :func:`block_lasso` returns (``size_i x size_j`` per allowed pair) exceed ``memory`` bytes."""
+    needed = 8 * sum(sizes[i] * sizes[j] for j, ps in enumerate(parents) for i in ps)
+    if needed > memory:
+        raise MemoryBudgetError(
+            f"the coefficient blocks of {len(sizes)} blocks ({sum(sizes)} columns) take "
+            f"{gib(needed)} in float64, more than memory_gib ({gib(memory)}); fit fewer or "
+            "narrower blocks, or one child at a time with `lasso`"
+        )
+
+
 def block_lasso(
     X: Matrix,
     block_sizes: Sequence[int],
@@ -190,6 +204,7 @@ def block_lasso(
     sizes, allowed = _check_blocks(x.shape[1], block_sizes, parents)
     lam_all = per_output(lam, x.shape[1], "lam").to(device)
     memory = budget_bytes(settings.memory_gib)
+    check_coefficient_bytes(sizes, allowed, memory)
     shared = _SharedDesign(x, fit_intercept, memory)
     offsets = [0]
     for s in sizes:
