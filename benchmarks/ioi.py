@@ -18,6 +18,8 @@ CMD; m the logit difference answer - wrong at each prompt's last real token).
   (``--methods``): on SmolLM2 the paper's block Lasso over every node's d_model columns (173k)
   would return over 100 GiB of dense coefficient blocks, which its memory check refuses before
   any work (:func:`~circuitlasso.solve.block.check_coefficient_bytes`).
+  ``--lasso-positions last`` averages CircuitLasso's activations over the last token only, where
+  the metric reads the logits, instead of every real token (the paper's App. B.2; default).
 - ``eap`` and ``eap-ig`` (``--ig-steps``): :func:`~circuitlasso.evaluation.eap.
   edge_attribution_patching` with MIB's metric, the logit difference answer - wrong at the last
   real token (its ``metric`` sees no item ids, so the prompts run in chunks, each with its own
@@ -85,6 +87,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--ig-steps", type=int, default=EAP_IG_STEPS, help="EAP-IG's steps")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--lasso-positions",
+        choices=("real", "last"),
+        default="real",
+        help="CircuitLasso's activations averaged over every real token (the paper's App. B.2) "
+        "or over the last one, where the metric reads the logits",
+    )
     parser.add_argument(
         "--memory-gib", type=float, default=DEFAULT_PASS_GIB, help="budget of one batch's passes"
     )
@@ -163,11 +172,14 @@ def find_scores(
     ig_steps: int,
     seed: int,
     memory_gib: float,
+    lasso_positions: str = "real",
 ) -> dict[tuple[str, str], float]:
-    """One method's edge scores on the train split."""
+    """One method's edge scores on the train split; CircuitLasso averages activations over
+    ``lasso_positions``: every real token (``"real"``) or the last one (``"last"``)."""
     if method in ("eap", "eap-ig"):
         return eap_logit_diff(model, train, ig_steps if method == "eap-ig" else 0, memory_gib)
-    pairs = PromptPairs(train.clean, train.counterfactual, train.last_mask, train.real_mask)
+    average = train.real_mask if lasso_positions == "real" else train.last_mask
+    pairs = PromptPairs(train.clean, train.counterfactual, train.last_mask, average)
     answers = torch.stack([train.answer, train.wrong], 1)
     return run_method(method, model, pairs, seed, answers=answers).scores
 
@@ -181,7 +193,9 @@ def measure(
 ) -> dict[str, object]:
     """One (task, method) row: the seconds to find the circuit and its MIB scores."""
     start = time.perf_counter()
-    scores = find_scores(method, model, train, args.ig_steps, args.seed, args.memory_gib)
+    scores = find_scores(
+        method, model, train, args.ig_steps, args.seed, args.memory_gib, args.lasso_positions
+    )
     seconds = time.perf_counter() - start
     score = mib_score(model, test, scores, args.fractions, memory_gib=args.memory_gib)
     return {
@@ -244,10 +258,20 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
                 *(t.numpy() for tt in (train, test) for t in (tt.clean, tt.counterfactual)),
                 *(t.numpy() for tt in (train, test) for t in (tt.answer, tt.wrong)),
             )
-            row = stored_row(store, run, kind="ioi_benchmark", model=digest, tokens=data,
-                             task=task, method=method, device=device, seed=args.seed,
-                             ig_steps=args.ig_steps if method == "eap-ig" else 0,
-                             fractions=list(args.fractions))  # fmt: skip
+            row = stored_row(
+                store,
+                run,
+                kind="ioi_benchmark",
+                model=digest,
+                tokens=data,
+                task=task,
+                method=method,
+                device=device,
+                seed=args.seed,
+                ig_steps=args.ig_steps if method == "eap-ig" else 0,
+                fractions=list(args.fractions),
+                lasso_positions=args.lasso_positions if "lasso" in method else "",
+            )
         rows.append({"task": task, "method": method, **row})
 
     table = pd.DataFrame(rows)
@@ -258,6 +282,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         print(
             f"{name}: {n_edges} edges (MIB), "
             f"{args.n_train} train / {args.n_test} test items, device {device}, "
+            f"CircuitLasso over the {args.lasso_positions} token(s), "
             f"{time.perf_counter() - start:.0f} s"
         )
         if store is not None and "measured_at" in table:
@@ -284,6 +309,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         "model_logit_diff": logit_diffs,
         "edges": n_edges,
         "n_prompts": {"train": args.n_train, "test": args.n_test},
+        "lasso_positions": args.lasso_positions,
         "device": device,
     }
     print(json.dumps(_plain(result)))
