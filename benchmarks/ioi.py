@@ -258,20 +258,12 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
                 *(t.numpy() for tt in (train, test) for t in (tt.clean, tt.counterfactual)),
                 *(t.numpy() for tt in (train, test) for t in (tt.answer, tt.wrong)),
             )
-            row = stored_row(
-                store,
-                run,
-                kind="ioi_benchmark",
-                model=digest,
-                tokens=data,
-                task=task,
-                method=method,
-                device=device,
-                seed=args.seed,
-                ig_steps=args.ig_steps if method == "eap-ig" else 0,
-                fractions=list(args.fractions),
-                lasso_positions=args.lasso_positions if "lasso" in method else "",
-            )
+            row = stored_row(store, run, kind="ioi_benchmark", model=digest, tokens=data,
+                             task=task, method=method, device=device, seed=args.seed,
+                             ig_steps=args.ig_steps if method == "eap-ig" else 0,
+                             fractions=list(args.fractions),
+                             lasso_positions=args.lasso_positions if "lasso" in method else "",
+                             )  # fmt: skip
         rows.append({"task": task, "method": method, **row})
 
     table = pd.DataFrame(rows)
