@@ -142,21 +142,25 @@ def _solve_in_a_fresh_process(budget: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow  # solves in subprocesses
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_block_coefficients_over_the_budget_are_refused_before_any_work():
-    # 3 blocks of 2048 columns, each fed by those before it: 3 blocks of 2048^2 float64
-    # coefficients, 96 MiB, over a budget of 64 MiB
+    # 3 blocks of 2048 columns, each fed by those before it: 3 blocks of 2048^2 coefficients,
+    # 96 MiB solved in float64, over a budget of 64 MiB; 48 MiB in float32, and sparse blocks
+    # for a sparse X, within it
     x = torch.zeros(4, 3 * 2048)
     parents = [[], [0], [0, 1]]
-    with pytest.raises(MemoryBudgetError, match=r"0\.09 GiB in float64, more than memory_gib"):
-        block_lasso(x, [2048] * 3, parents, 0.1, memory_gib=1 / 16)
-    assert block_lasso(x, [2048] * 3, parents, 0.1, memory_gib=1 / 8).coef[(1, 2)].shape == (
-        2048,
-        2048,
-    )
+    double = {"dtype": torch.float64}
+    with pytest.raises(MemoryBudgetError, match=r"take 0\.09 GiB, more than memory_gib"):
+        block_lasso(x, [2048] * 3, parents, 0.1, memory_gib=1 / 16, **double)
+    wider = block_lasso(x, [2048] * 3, parents, 0.1, memory_gib=1 / 8, **double)
+    assert wider.coef[(1, 2)].shape == (2048, 2048)
+    single = block_lasso(x, [2048] * 3, parents, 0.1, memory_gib=1 / 16, dtype=torch.float32)
+    assert single.coef[(1, 2)].dtype == torch.float32
+    sparse = block_lasso(x.to_sparse_csr(), [2048] * 3, parents, 0.1, memory_gib=1 / 16, **double)
+    assert sparse.coef[(1, 2)].shape == (2048, 2048)
 
 
+@pytest.mark.slow  # solves in subprocesses
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_a_solve_within_a_small_budget_equals_the_unconstrained_solve():
     """Unconstrained, this solve builds a dense 6000 x 6000 Gram (0.27 GiB in float64); under a
     0.2 GiB budget it computes its Gram blocks by sparse products instead, stays within the

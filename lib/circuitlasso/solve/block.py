@@ -171,16 +171,17 @@ class _SharedDesign:
 
 
 def check_coefficient_bytes(
-    sizes: Sequence[int], parents: Sequence[Sequence[int]], memory: int
+    sizes: Sequence[int], parents: Sequence[Sequence[int]], item_bytes: int, memory: int
 ) -> None:
-    """MemoryBudgetError, before any work, where the dense float64 coefficient blocks that
-    :func:`block_lasso` returns (``size_i x size_j`` per allowed pair) exceed ``memory`` bytes."""
-    needed = 8 * sum(sizes[i] * sizes[j] for j, ps in enumerate(parents) for i in ps)
+    """MemoryBudgetError, before any work, where the dense coefficient blocks that
+    :func:`block_lasso` returns for a dense X (``size_i x size_j`` per allowed pair, of
+    ``item_bytes`` each) exceed ``memory`` bytes. A sparse X gets sparse blocks."""
+    needed = item_bytes * sum(sizes[i] * sizes[j] for j, ps in enumerate(parents) for i in ps)
     if needed > memory:
         raise MemoryBudgetError(
-            f"the coefficient blocks of {len(sizes)} blocks ({sum(sizes)} columns) take "
-            f"{gib(needed)} in float64, more than memory_gib ({gib(memory)}); fit fewer or "
-            "narrower blocks, or one child at a time with `lasso`"
+            f"the dense coefficient blocks of {len(sizes)} blocks ({sum(sizes)} columns) take "
+            f"{gib(needed)}, more than memory_gib ({gib(memory)}); fit fewer or narrower "
+            "blocks, one child at a time with `lasso`, or pass X sparse"
         )
 
 
@@ -204,7 +205,8 @@ def block_lasso(
     sizes, allowed = _check_blocks(x.shape[1], block_sizes, parents)
     lam_all = per_output(lam, x.shape[1], "lam").to(device)
     memory = budget_bytes(settings.memory_gib)
-    check_coefficient_bytes(sizes, allowed, memory)
+    if x.layout != torch.sparse_csr:
+        check_coefficient_bytes(sizes, allowed, x.element_size(), memory)
     shared = _SharedDesign(x, fit_intercept, memory)
     offsets = [0]
     for s in sizes:
