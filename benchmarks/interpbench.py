@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from circuitlasso.data.interpbench import CASE_IDS, HELDOUT_IDS, VARIANTS
-from circuitlasso.evaluation.interpbench import METHODS
+from circuitlasso.evaluation.interpbench import METHODS, RunSettings
 from circuitlasso.evaluation.interpbench.report import (
     ACCURACY_COLUMNS,
     TIME_COLUMNS,
@@ -78,9 +78,8 @@ def main(argv: list[str] | None = None) -> dict:
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    table = run_cases(
-        cases, variants, methods, args.n_prompts, args.seed, args.trials, suite=args.suite
-    )
+    settings = RunSettings(methods, args.n_prompts, args.seed, args.trials)
+    table = run_cases(cases, variants, settings, suite=args.suite)
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(
             f"suite {args.suite}, M={args.n_prompts} prompts (x2 clean+corrupted), "

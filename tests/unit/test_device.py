@@ -353,7 +353,8 @@ def run_labels(s: Setup) -> dict[str, Any]:
     i, sae = s.inputs, s.saes[LAYERS[-1]]
     tokens = [s.model.to_tokens(p)[0] for p in i.prompts[:3]]
     values = interpret.token_values(s.model, sae, i.feature, tokens)
-    prompts = interpret.top_prompts(s.model, sae, i.feature, i.prompts, i.Z[LAYERS[-1]], n=3)
+    tops = interpret.top_activations(s.model, sae, i.feature, i.prompts, i.Z[LAYERS[-1]], n=3)
+    prompts = interpret.activation_table(tops)
     top = interpret.top_tokens(s.model, sae, i.feature, i.prompts, i.Z[LAYERS[-1]], n_prompts=5)
     other = str(s.model.to_str_tokens(i.prompts[1])[2])
     changed = interpret.perturb(s.model, sae, i.feature, i.prompts[0], 1, [other])

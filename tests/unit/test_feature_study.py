@@ -143,12 +143,15 @@ def test_toy_root_prompts_and_perturbation_match_the_direct_calls(toy_study, tra
     assert len(tables) == 2
     for table, root in zip(tables, roots, strict=True):
         f = root["feature"]
-        direct = interpret.top_prompts(s.model, s.saes[3], f, s.prompts, s.Z[3], n=4)
+        direct = interpret.activation_table(
+            interpret.top_activations(s.model, s.saes[3], f, s.prompts, s.Z[3], n=4)
+        )
         pd.testing.assert_frame_equal(table.reset_index(drop=True), direct)
         assert table.index.name == f"z3.{f}  (A_L,y = {lasso.coef_[0, f]:+.3f})"
     # the single-prompt test as the section wrote it before
     feature = roots[0]["feature"]
-    top = interpret.top_prompts(s.model, s.saes[3], feature, s.prompts, s.Z[3], n=1).iloc[0]
+    tops = interpret.top_activations(s.model, s.saes[3], feature, s.prompts, s.Z[3], n=1)
+    top = interpret.activation_table(tops).iloc[0]
     position = int(np.argmax(top["per_token"]))
     pool = Counter(
         w

@@ -72,9 +72,7 @@ def test_run_cases_runs_a_heldout_task():
     table = report.run_cases(
         ["h-count"],
         ["exact"],
-        ["circuitlasso-linear"],
-        20,
-        trials=1,
+        report.RunSettings(["circuitlasso-linear"], 20, trials=1),
         progress=False,
         suite="heldout",
     )

@@ -13,7 +13,7 @@ from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.data.interpbench import PromptPairs, encode_ioi, ioi_prompts, load_hub_case
 from circuitlasso.data.interpbench.ioi import name_token_ids, restrict_unembedding
 from circuitlasso.data.models import gpt2_tokenizer
-from circuitlasso.evaluation.interpbench import evaluate_ioi
+from circuitlasso.evaluation.interpbench import RunSettings, evaluate_ioi
 
 # ACDC-style records of a small circuit on a 2-layer model: input -> a0.h1 -> a1.h0 -> output.
 IOI_EDGES = [
@@ -153,7 +153,7 @@ def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(
         torch.testing.assert_close(case.model(tokens), original(tokens))
 
     methods = ["eap", "eap-ig", "circuitlasso-linear"]
-    table = evaluate_ioi(tmp_path / "interpbench", methods=methods, n_prompts=8, trials=1)
+    table = evaluate_ioi(tmp_path / "interpbench", RunSettings(methods, n_prompts=8, trials=1))
     assert list(table["method"]) == methods
     assert (table["case"] == "ioi").all() and (table["variant"] == "trained").all()
     assert (table["n_true_edges"] == IOI_CIRCUIT.number_of_edges()).all()
@@ -163,7 +163,7 @@ def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(
 
 def test_ioi_case_offline_and_not_cached_says_what_and_where(offline_hub):
     with pytest.raises(cache.ResourceUnavailableError) as info:
-        evaluate_ioi(None, n_prompts=4, trials=1)
+        evaluate_ioi(None, RunSettings(n_prompts=4, trials=1))
     message = str(info.value)
     assert "hf download cybershiptrooper/InterpBench --include 'ioi/*'" in message
     assert str(offline_hub / "models--cybershiptrooper--InterpBench") in message

@@ -3,6 +3,8 @@ the IOI case, and one case's edge rankings against the direct calls."""
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import pytest
 
@@ -91,16 +93,24 @@ def test_describe_ranking_counts_kept_false_and_outside_edges():
     )
 
 
-def test_run_benchmark_adds_the_ioi_rows_only_when_asked(monkeypatch: pytest.MonkeyPatch):
+def test_timed_benchmark_adds_the_ioi_rows_only_when_asked(monkeypatch: pytest.MonkeyPatch):
     calls = []
     cases = run_table()
     hub = pd.DataFrame({"case": ["ioi"], "variant": ["trained"], "method": ["eap"]})
-    monkeypatch.setattr(report, "run_cases", lambda *args: calls.append(args) or cases)
+
+    def fake_cases(*args) -> pd.DataFrame:
+        calls.append(args)
+        time.sleep(0.05)
+        return cases
+
+    monkeypatch.setattr(report, "run_cases", fake_cases)
     monkeypatch.setattr(report, "evaluate_ioi", lambda *args: calls.append(args) or hub)
-    assert report.run_benchmark(["a", "b"], ["exact"], ["eap"], 10, 1, 2).equals(cases)
-    assert calls == [(["a", "b"], ["exact"], ["eap"], 10, 1, 2)]
-    both = report.run_benchmark(["a"], ["exact"], ["eap"], 10, 1, 2, ioi=True, ioi_source="here")
-    assert calls[-1] == ("here", ["eap"], 10, 1, 2)
+    settings = report.RunSettings(["eap"], 10, 1, 2)
+    table, seconds = report.timed_benchmark(["a", "b"], ["exact"], settings)
+    assert table.equals(cases) and seconds >= 0.05  # the sleep is inside the timed run
+    assert calls == [(["a", "b"], ["exact"], settings)]
+    both, _ = report.timed_benchmark(["a"], ["exact"], settings, ioi=True, ioi_source="here")
+    assert calls[-1] == ("here", settings)
     assert len(both) == len(cases) + 1 and both.iloc[-1]["case"] == "ioi"
     assert both.index.tolist() == list(range(len(both)))
 

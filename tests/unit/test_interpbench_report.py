@@ -1,7 +1,6 @@
 """Report tables of an InterpBench run, on a small hand-made run with values worked out by hand."""
 
 import json
-import time
 
 import pandas as pd
 import pytest
@@ -109,15 +108,16 @@ def test_benchmark_script_prints_the_tables_and_ends_with_the_json(
     module = benchmark_script("interpbench")
     calls = []
 
-    def fake_run(cases, variants, methods, n_prompts, seed, trials, suite):
-        calls.append((cases, variants, methods, n_prompts, seed, trials, suite))
+    def fake_run(cases, variants, settings, suite):
+        calls.append((cases, variants, settings, suite))
         return run_table()
 
     monkeypatch.setattr(module, "run_cases", fake_run)
     csv = tmp_path / "run.csv"
     module.main(["--quick", "--methods", "eap,eap-ig,circuitlasso-linear", "--csv", str(csv)])
-    quick = (["3", "13", "19", "29"], ["exact", "distractors"], calls[0][2], 200, 0, 1)
-    assert calls == [(*quick, "interpbench")]
+    methods = ("eap", "eap-ig", "circuitlasso-linear")
+    settings = report.RunSettings(methods, n_prompts=200, seed=0, trials=1)
+    assert calls == [(["3", "13", "19", "29"], ["exact", "distractors"], settings, "interpbench")]
     lines = capsys.readouterr().out.strip().splitlines()
     assert "means over cases" in lines
     assert json.loads(lines[-1]) == report.summary(run_table())
@@ -228,26 +228,12 @@ def test_parity_report_says_when_a_method_of_the_pair_did_not_run():
 
 
 def test_run_note_counts_runs_and_cases_and_tells_the_settings():
-    note = report.run_note(run_table(), 41.6, n_prompts=200, trials=1, threads=2, seed=7)
+    settings = report.RunSettings(n_prompts=200, seed=7, trials=1)
+    note = report.run_note(run_table(), 41.6, settings, 2)
     assert note.splitlines() == [
         "12 runs on 2 cases in 42 s",
         "M=200 prompt pairs, 1 trial(s), 2 thread(s), seed 7",
     ]
-
-
-def test_timed_benchmark_returns_the_run_and_its_seconds(monkeypatch: pytest.MonkeyPatch):
-    calls = []
-
-    def fake_run(*args, **kwargs) -> pd.DataFrame:
-        calls.append((args, kwargs))
-        time.sleep(0.05)
-        return run_table()
-
-    monkeypatch.setattr(report, "run_benchmark", fake_run)
-    table, seconds = report.timed_benchmark(["3"], ["exact"], ["eap"], 10, 1, 2, ioi=True)
-    assert len(table) == 12
-    assert 0.05 <= seconds < 5
-    assert calls == [((["3"], ["exact"], ["eap"], 10, 1, 2), {"ioi": True, "ioi_source": None})]
 
 
 def test_run_heldout_runs_the_heldout_suite_without_progress(monkeypatch: pytest.MonkeyPatch):
@@ -255,5 +241,6 @@ def test_run_heldout_runs_the_heldout_suite_without_progress(monkeypatch: pytest
         report.run_heldout(["3"])
     calls = []
     monkeypatch.setattr(report, "run_cases", lambda *args: calls.append(args) or run_table())
-    report.run_heldout(["h-sort"], ["exact"], ["eap"], 10, 1, 2)
-    assert calls == [(["h-sort"], ["exact"], ["eap"], 10, 1, 2, False, "heldout")]
+    settings = report.RunSettings(["eap"], 10, 1, 2)
+    report.run_heldout(["h-sort"], ["exact"], settings)
+    assert calls == [(["h-sort"], ["exact"], settings, False, "heldout")]

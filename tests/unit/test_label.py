@@ -20,6 +20,7 @@ from sae_lens.saes.sae import SAEMetadata
 from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.interpret import (
+    activation_table,
     features_token_values,
     features_top_tokens,
     layers_token_values,
@@ -29,7 +30,6 @@ from circuitlasso.circuits.interpret import (
     single_token_replacements,
     token_values,
     top_activations,
-    top_prompts,
     top_tokens,
 )
 from circuitlasso.data import models
@@ -177,7 +177,7 @@ def test_token_values_rejects_unknown_feature(model, sae, feature: int) -> None:
         token_values(model, sae, feature, [model.to_tokens("Hello")[0]])
 
 
-# ---------------------------------------------------------------- top_prompts
+# ---------------------------------------------------------------- activation_table
 
 
 def check_row(row: pd.Series, prompt: str, values: np.ndarray, model) -> None:
@@ -197,7 +197,7 @@ def check_row(row: pd.Series, prompt: str, values: np.ndarray, model) -> None:
 def test_top_prompts_orders_by_the_column_of_z(model, sae, per_token, feature, Z) -> None:
     column = Z[:, feature].toarray().ravel()
     assert 0 < np.count_nonzero(column) < len(PROMPTS)
-    table = top_prompts(model, sae, feature, PROMPTS, Z, n=3)
+    table = activation_table(top_activations(model, sae, feature, PROMPTS, Z, n=3))
     assert list(table.columns) == ["prompt", "value", "per_token", "top_token"]
     expected = sorted(np.flatnonzero(column), key=lambda i: -column[i])[:3]
     assert len(table) == 3
@@ -205,7 +205,7 @@ def test_top_prompts_orders_by_the_column_of_z(model, sae, per_token, feature, Z
         assert row["value"] == pytest.approx(column[i], rel=1e-6)
         check_row(row, PROMPTS[i], per_token[i][:, feature], model)
 
-    everything = top_prompts(model, sae, feature, PROMPTS, Z, n=100)
+    everything = activation_table(top_activations(model, sae, feature, PROMPTS, Z, n=100))
     assert len(everything) == np.count_nonzero(column)  # prompts with value 0 are left out
     assert (np.diff(everything["value"].to_numpy()) <= 0).all()
 
@@ -216,20 +216,22 @@ def test_top_prompts_follows_z_not_the_activations(model, sae, per_token, featur
     active = [i for i, v in enumerate(per_token) if (v[:, feature] > 0).any()]
     chosen = active[:3][::-1]
     dense[chosen, feature] = [3.0, 2.0, 1.0]
-    table = top_prompts(model, sae, feature, PROMPTS, sp.csr_matrix(dense), n=8)
+    tops = top_activations(model, sae, feature, PROMPTS, sp.csr_matrix(dense), n=8)
+    table = activation_table(tops)
     assert table["value"].tolist() == [3.0, 2.0, 1.0]
     for (_, row), i in zip(table.iterrows(), chosen, strict=True):
         check_row(row, PROMPTS[i], per_token[i][:, feature], model)
 
 
 def test_top_prompts_of_an_inactive_feature_is_empty(model, sae, feature) -> None:
-    table = top_prompts(model, sae, feature, PROMPTS, sp.csr_matrix((len(PROMPTS), D_SAE)))
+    Z = sp.csr_matrix((len(PROMPTS), D_SAE))
+    table = activation_table(top_activations(model, sae, feature, PROMPTS, Z))
     assert table.empty and list(table.columns) == ["prompt", "value", "per_token", "top_token"]
 
 
 def test_top_prompts_rejects_mismatched_rows(model, sae, Z) -> None:
     with pytest.raises(ValueError, match="Z has 8 rows but there are 7 prompts"):
-        top_prompts(model, sae, 0, PROMPTS[:-1], Z)
+        top_activations(model, sae, 0, PROMPTS[:-1], Z)
 
 
 # ---------------------------------------------------------------- top_tokens

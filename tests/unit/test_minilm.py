@@ -24,12 +24,17 @@ from circuitlasso.data.minilm_saes import (
     default_saes_dir,
     load_minilm_saes,
     minilm_saes_report,
-    sae_dir,
     ship_minilm_saes,
     token_activations,
 )
 from circuitlasso.data.models import check_sae_fits
-from circuitlasso.data.sae_training import SAEConfig, sae_quality, saes_report, train_layer_sae
+from circuitlasso.data.sae_training import (
+    SAEConfig,
+    layer_sae_dir,
+    sae_quality,
+    saes_report,
+    train_layer_sae,
+)
 from circuitlasso.forward import (
     prompt_batches,
     real_token_mask,
@@ -152,14 +157,16 @@ def test_the_saes_are_built_once_on_first_use_and_ship_in_float16(
     assert manifest_mismatches(shipped) == []
     report = saes_report(shipped)
     assert report["weights"] == "float16" and set(report["layers"]) == {"0", "3"}
-    stored = load_file(sae_dir(shipped, 3) / "sae_weights.safetensors")
+    stored = load_file(layer_sae_dir(shipped, LAYER_HOOK, 3) / "sae_weights.safetensors")
     assert {t.dtype for t in stored.values()} == {torch.float16}
     read = load_minilm_saes([3], path=shipped)[3]
     assert read.W_dec.dtype == torch.float32
     assert torch.equal(read.W_dec, first[3].W_dec.half().float())
     reshipped = ship_minilm_saes(shipped, tmp_path / "again")
     name = "sae_weights.safetensors"
-    assert (sae_dir(reshipped, 3) / name).read_bytes() == (sae_dir(shipped, 3) / name).read_bytes()
+    assert (layer_sae_dir(reshipped, LAYER_HOOK, 3) / name).read_bytes() == (
+        layer_sae_dir(shipped, LAYER_HOOK, 3) / name
+    ).read_bytes()
     for layer, quality in saes_report(reshipped)["layers"].items():
         assert quality["explained_variance"] == pytest.approx(
             report["layers"][layer]["explained_variance"], abs=1e-4

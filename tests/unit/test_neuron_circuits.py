@@ -21,7 +21,7 @@ from circuitlasso.data.interpbench import (
     make_prompts,
     to_hooked_transformer,
 )
-from circuitlasso.evaluation.interpbench import METHODS, evaluate_case, evaluate_task
+from circuitlasso.evaluation.interpbench import METHODS, RunSettings, evaluate_case, evaluate_task
 from circuitlasso.solve.group_mlp import group_sparse_mlp
 
 NAMES = ["input", "a0.h0", "a0.h1", "m0", "output"]
@@ -259,9 +259,8 @@ def test_collect_rejects_bad_input():
 
 
 def test_evaluate_case_recovers_a_known_circuit_among_distractors():
-    table = evaluate_case(
-        "13", "distractors", methods=["circuitlasso-linear-read", "eap"], n_prompts=200, trials=1
-    )
+    settings = RunSettings(["circuitlasso-linear-read", "eap"], n_prompts=200, trials=1)
+    table = evaluate_case("13", "distractors", settings)
     assert list(table["method"]) == ["circuitlasso-linear-read", "eap"]
     assert {"edge_shd", "node_shd", "best_edge_shd", "edge_auroc", "collect_s", "solve_s"} <= set(
         table.columns
@@ -278,11 +277,13 @@ def test_evaluate_takes_a_custom_program_and_rejects_unknown_names():
         return rasp.SequenceMap(lambda t, p: t == p, rasp.tokens, previous).named("repeat")
 
     task = TracrTask.from_program("repeat", program, ["a", "b"], 4)
-    table = evaluate_task(task, methods=["circuitlasso-linear-read"], n_prompts=100, trials=1)
+    table = evaluate_task(task, settings=RunSettings(["circuitlasso-linear-read"], 100, trials=1))
     assert table.loc[0, "case"] == "repeat"
     assert table.loc[0, "n_true_edges"] == 4
     with pytest.raises(ValueError, match="unknown methods"):
-        evaluate_case("13", methods=["acdc"], n_prompts=10, trials=1)
+        RunSettings(["acdc"], n_prompts=10, trials=1)
+    with pytest.raises(ValueError, match="trials must be >= 1"):
+        RunSettings(trials=0)
     with pytest.raises(ValueError, match="unknown InterpBench case"):
         evaluate_case("0")
     assert set(METHODS) >= {"eap", "eap-ig", "circuitlasso-linear", "circuitlasso-nonlinear"}

@@ -22,7 +22,6 @@ from circuitlasso.data.smollm2_saes import (
     build_smollm2_saes,
     layer_quality,
     load_smollm2_saes,
-    sae_dir,
     ship_smollm2_saes,
     shipped_saes_dir,
     smollm2_saes_report,
@@ -71,7 +70,9 @@ def test_the_shipped_saes_load_in_float32_and_their_files_match_the_manifest() -
         assert sae.cfg.metadata.hook_name == LAYER_HOOK.format(layer=layer)
         assert (sae.cfg.d_in, sae.cfg.d_sae) == (576, SAE_CONFIG.width)
         assert sae.W_dec.dtype == torch.float32
-        stored = load_file(sae_dir(root, layer) / "sae_weights.safetensors")
+        stored = load_file(
+            sae_training.layer_sae_dir(root, LAYER_HOOK, layer) / "sae_weights.safetensors"
+        )
         assert {t.dtype for t in stored.values()} == {torch.float16}
     total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     assert total <= 24e6

@@ -225,19 +225,8 @@ def nodes_top_activations(
     }
 
 
-def top_prompts(
-    model: Model,
-    sae: SAE,
-    feature: int,
-    prompts: Sequence[str],
-    Z: Features,
-    n: int = 8,
-    *,
-    verify: bool = False,
-) -> pd.DataFrame:
-    """Multi-prompt table: the ``n`` prompts with the largest token-averaged activation
-    ``Z[:, feature]`` (``Z: (M, D)`` from the collector), with per-token values
-    (:func:`top_activations`, ``verify`` as there).
+def activation_table(activations: Sequence[Activation]) -> pd.DataFrame:
+    """A feature's top prompts (:func:`top_activations`) as a table, a row per prompt.
 
     Columns: ``prompt`` (most active token in [brackets]), ``value`` (token-averaged),
     ``per_token`` (values at the real tokens, rounded), ``top_token``.
@@ -249,7 +238,7 @@ def top_prompts(
             "per_token": tuple(np.round(top.values, 3).tolist()),
             "top_token": top.tokens[int(np.argmax(top.values))],
         }
-        for top in top_activations(model, sae, feature, prompts, Z, n, verify=verify)
+        for top in activations
     ]
     return pd.DataFrame(rows, columns=["prompt", "value", "per_token", "top_token"])
 

@@ -195,11 +195,8 @@ class FeatureStudy:
 
     def top_prompts(self, layer: int, feature: int, n: int = 8) -> pd.DataFrame:
         """The feature's ``n`` top training prompts with per-token values
-        (:func:`~circuitlasso.circuits.interpret.top_prompts`)."""
-        Z = self._features(layer)
-        return interpret.top_prompts(
-            self.model, self.saes[layer], int(feature), self.prompts, Z, n=n
-        )
+        (:func:`~circuitlasso.circuits.interpret.activation_table`)."""
+        return interpret.activation_table(self.top_activations(layer, feature, n))
 
     def top_activations(self, layer: int, feature: int, n: int = 8) -> list[interpret.Activation]:
         """The feature's ``n`` top training prompts, each with its tokens and per-token values

@@ -30,21 +30,11 @@ from sae_lens import SAE
 from transformer_lens import HookedEncoder
 
 from circuitlasso.cache import cache_key, cache_root
+from circuitlasso.data import sae_training
 from circuitlasso.data.artifacts import MANIFEST_FILE
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.minilm import LAYER_HOOK, N_LAYERS, load_minilm
-from circuitlasso.data.sae_training import (
-    SAEConfig,
-    Scorer,
-    build_saes,
-    check_layer_range,
-    layer_sae_dir,
-    load_layer_saes,
-    real_token_activations,
-    sae_quality,
-    saes_report,
-    ship_saes,
-)
+from circuitlasso.data.sae_training import SAEConfig
 
 BUILD_COMMAND = "circuitlasso real build"
 ALL_LAYERS = tuple(range(N_LAYERS))
@@ -58,17 +48,13 @@ def default_saes_dir(cfg: SAEConfig = SAE_CONFIG) -> Path:
     return cache_root() / "minilm-saes" / cache_key(**cfg.key_parts())[:16]
 
 
-def sae_dir(root: Path, layer: int) -> Path:
-    return layer_sae_dir(root, LAYER_HOOK, layer)
-
-
 def token_activations(
     model: HookedEncoder, sentences: list[str], *, batch_size: int = 64
 ) -> dict[int, torch.Tensor]:
     """``{layer: (T, d_model)}`` float32 representation of every layer at the sentences' ``T``
     real tokens (row-major over sentences, then positions)."""
     hooks = {layer: LAYER_HOOK.format(layer=layer) for layer in ALL_LAYERS}
-    return real_token_activations(model, sentences, hooks, batch_size=batch_size)
+    return sae_training.real_token_activations(model, sentences, hooks, batch_size=batch_size)
 
 
 def build_minilm_saes(
@@ -88,14 +74,13 @@ def build_minilm_saes(
     train = token_activations(model, list(load_cola("train").sentence))
     dev = token_activations(model, list(load_cola("dev").sentence))
     chosen = list(range(N_LAYERS)) if layers is None else list(layers)
-    return build_saes(
+    return sae_training.build_saes(
         root,
         train,
         chosen,
         cfg,
         hook=LAYER_HOOK,
-        sae_dir=sae_dir,
-        score=lambda layer, sae: sae_quality(sae, dev[layer]),
+        score=lambda layer, sae: sae_training.sae_quality(sae, dev[layer]),
         report={"train_tokens": len(train[0]), "dev_tokens": len(dev[0])},
         command=BUILD_COMMAND,
         config=cfg.key_parts(),
@@ -116,12 +101,12 @@ def ship_minilm_saes(
     in-domain dev sentences (``report.json``), and a manifest
     (:func:`circuitlasso.data.sae_training.ship_saes`). Returns the folder."""
 
-    def scorer(chosen: list[int]) -> Scorer:
+    def scorer(chosen: list[int]) -> sae_training.Scorer:
         encoder = model if model is not None else load_minilm()
         dev = token_activations(encoder, list(load_cola("dev").sentence))
-        return lambda layer, sae: sae_quality(sae, dev[layer])
+        return lambda layer, sae: sae_training.sae_quality(sae, dev[layer])
 
-    return ship_saes(Path(build), Path(out_dir), scorer, sae_dir, layers=layers)
+    return sae_training.ship_saes(Path(build), Path(out_dir), scorer, LAYER_HOOK, layers=layers)
 
 
 def load_minilm_saes(
@@ -134,15 +119,15 @@ def load_minilm_saes(
     :func:`default_saes_dir` of ``cfg``), built first (:func:`build_minilm_saes`) when the folder
     holds no complete build."""
     chosen = list(ALL_LAYERS if layers is None else layers)
-    check_layer_range(chosen, N_LAYERS)
+    sae_training.check_layer_range(chosen, N_LAYERS)
     root = Path(path) if path is not None else default_saes_dir(cfg)
     if chosen and not (root / MANIFEST_FILE).is_file():
         build_minilm_saes(root, cfg)
-    return load_layer_saes(root, chosen, sae_dir)
+    return sae_training.load_layer_saes(root, chosen, LAYER_HOOK)
 
 
 def minilm_saes_report(cfg: SAEConfig = SAE_CONFIG) -> dict[str, Any]:
     """The report (:func:`~circuitlasso.data.sae_training.saes_report`) of the SAEs of every
     layer (built first when absent)."""
     load_minilm_saes(ALL_LAYERS, cfg=cfg)
-    return saes_report(default_saes_dir(cfg))
+    return sae_training.saes_report(default_saes_dir(cfg))

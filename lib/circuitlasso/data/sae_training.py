@@ -199,7 +199,6 @@ def build_saes(
     cfg: SAEConfig,
     *,
     hook: str,
-    sae_dir: Callable[[Path, int], Path],
     score: Scorer,
     report: Mapping[str, Any],
     command: str,
@@ -208,14 +207,14 @@ def build_saes(
 ) -> Path:
     """Train one SAE of ``cfg`` per layer of ``layers`` on ``train[layer]: (T, d)``, read at the
     hook ``hook.format(layer=layer)``, and write the build at ``root``, atomically: each SAE in
-    ``sae_dir(root, layer)``, ``report.json`` (``config``, then ``report``, then each layer's
-    ``score(layer, sae)``) and a manifest (``cfg``'s seed, ``command``, ``config``). Returns
-    ``root``."""
+    ``layer_sae_dir(root, hook, layer)``, ``report.json`` (``config``, then ``report``, then each
+    layer's ``score(layer, sae)``) and a manifest (``cfg``'s seed, ``command``, ``config``).
+    Returns ``root``."""
     with staged_folder(root) as stage:
         quality = {}
         for layer in tqdm(layers, desc="SAEs", unit="layer", disable=not progress):
             sae = train_layer_sae(train[layer], layer, cfg, hook.format(layer=layer))
-            sae.save_model(sae_dir(stage, layer))
+            sae.save_model(layer_sae_dir(stage, hook, layer))
             quality[layer] = score(layer, sae)
         write_json(stage / REPORT_FILE, {"config": config, **report, "layers": quality})
         write_manifest(stage, {"seed": cfg.seed, "command": command, "config": config})
@@ -226,15 +225,15 @@ def ship_saes(
     build: Path,
     out_dir: Path,
     scorer: Callable[[list[int]], Scorer],
-    sae_dir: Callable[[Path, int], Path],
+    hook: str,
     *,
     layers: Iterable[int] | None = None,
 ) -> Path:
-    """Write ``layers`` (default: every layer it holds) of the build at ``build`` (SAEs in
-    ``sae_dir(build, layer)``, a ``report.json`` and a manifest) as a shipped build at
-    ``out_dir``: each SAE's weights rounded to :data:`SHIPPED_DTYPE`, its quality measured again
-    with those weights by ``scorer(layers)`` (called once the layers are checked), and a
-    manifest with the build's seed, command and config. Returns the folder."""
+    """Write ``layers`` (default: every layer it holds) of the build at ``build`` (SAEs of the hook
+    ``hook`` in ``layer_sae_dir(build, hook, layer)``, a ``report.json`` and a manifest) as a
+    shipped build at ``out_dir``: each SAE's weights rounded to :data:`SHIPPED_DTYPE`, its quality
+    measured again with those weights by ``scorer(layers)`` (called once the layers are checked),
+    and a manifest with the build's seed, command and config. Returns the folder."""
     built = json.loads((build / REPORT_FILE).read_text())
     held = sorted(int(layer) for layer in built["layers"])
     chosen = held if layers is None else sorted(layers)
@@ -245,9 +244,10 @@ def ship_saes(
     with staged_folder(out_dir) as stage:
         quality = {}
         for layer in chosen:
-            sae = SAE.load_from_disk(sae_dir(build, layer), device="cpu")
-            sae.to(SHIPPED_DTYPE).save_model(sae_dir(stage, layer))
-            shipped = SAE.load_from_disk(sae_dir(stage, layer), device="cpu", dtype="float32")
+            sae = SAE.load_from_disk(layer_sae_dir(build, hook, layer), device="cpu")
+            sae.to(SHIPPED_DTYPE).save_model(layer_sae_dir(stage, hook, layer))
+            folder = layer_sae_dir(stage, hook, layer)
+            shipped = SAE.load_from_disk(folder, device="cpu", dtype="float32")
             quality[layer] = score(layer, shipped)
         write_json(stage / REPORT_FILE, {**built, "weights": "float16", "layers": quality})
         info = json.loads((build / MANIFEST_FILE).read_text())
@@ -268,12 +268,12 @@ def check_layer_range(layers: Iterable[int], n_layers: int) -> None:
         raise ValueError(f"layers {bad} out of range: the model has {n_layers} layers")
 
 
-def load_layer_saes(
-    root: Path, layers: Iterable[int], sae_dir: Callable[[Path, int], Path]
-) -> dict[int, SAE]:
-    """``{layer: SAE}`` in float32, in eval mode, read from ``sae_dir(root, layer)``."""
+def load_layer_saes(root: Path, layers: Iterable[int], hook: str) -> dict[int, SAE]:
+    """``{layer: SAE}`` in float32, in eval mode, read from ``layer_sae_dir(root, hook, layer)``."""
     return {
-        layer: SAE.load_from_disk(sae_dir(root, layer), device="cpu", dtype="float32").eval()
+        layer: SAE.load_from_disk(
+            layer_sae_dir(root, hook, layer), device="cpu", dtype="float32"
+        ).eval()
         for layer in layers
     }
 

@@ -53,20 +53,10 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import cache_key, cache_root
+from circuitlasso.data import sae_training
 from circuitlasso.data.artifacts import MANIFEST_FILE
 from circuitlasso.data.cola import load_cola
-from circuitlasso.data.sae_training import (
-    SAEConfig,
-    Scorer,
-    build_saes,
-    check_layer_range,
-    layer_sae_dir,
-    load_layer_saes,
-    real_token_activations,
-    sae_quality,
-    saes_report,
-    ship_saes,
-)
+from circuitlasso.data.sae_training import SAEConfig
 from circuitlasso.data.smollm2 import GGUF_SHA256, N_LAYERS, load_smollm2
 from circuitlasso.forward import length_order, prompt_batches, special_token_ids
 
@@ -114,10 +104,6 @@ def default_build_dir(cfg: SAEConfig = SAE_CONFIG) -> Path:
     return cache_root() / "smollm2-saes" / key[:16]
 
 
-def sae_dir(root: Path, layer: int) -> Path:
-    return layer_sae_dir(root, LAYER_HOOK, layer)
-
-
 def _check_layers(layers: Iterable[int], held: Sequence[int], where: str) -> list[int]:
     chosen = list(layers)
     missing = [layer for layer in chosen if layer not in held]
@@ -139,7 +125,7 @@ def token_activations(
     sentences = list(sentences)
     ordered = [sentences[i] for i in length_order(model, sentences, BATCH_SIZE)]
     hooks = {layer: LAYER_HOOK.format(layer=layer) for layer in sorted(layers)}
-    acts = real_token_activations(model, ordered, hooks, batch_size=BATCH_SIZE)
+    acts = sae_training.real_token_activations(model, ordered, hooks, batch_size=BATCH_SIZE)
     masks = [real for _, real in prompt_batches(model, ordered, BATCH_SIZE)]
     first = torch.cat([(real.cumsum(1) == 1)[real] for real in masks])
     return acts, first
@@ -153,9 +139,10 @@ def layer_quality(sae: SAE, acts: torch.Tensor, first: torch.Tensor) -> dict[str
     sink among the real tokens would make it large)."""
     norms = acts.norm(dim=1)
     typical = norms <= MASSIVE * norms.median()
+    typical_quality = sae_training.sae_quality(sae, acts[typical])
     return {
-        **sae_quality(sae, acts),
-        "explained_variance_typical": sae_quality(sae, acts[typical])["explained_variance"],
+        **sae_training.sae_quality(sae, acts),
+        "explained_variance_typical": typical_quality["explained_variance"],
         "first_token_norm_ratio": float(norms[first].median() / norms[~first].median()),
     }
 
@@ -173,7 +160,7 @@ def build_smollm2_saes(
     write them with their quality on CoLA's dev sentences (``report.json``) and a manifest to
     ``out_dir`` (default :func:`default_build_dir`), float32, atomically; returns the folder."""
     chosen = sorted(SAE_LAYERS if layers is None else layers)
-    check_layer_range(chosen, N_LAYERS)
+    sae_training.check_layer_range(chosen, N_LAYERS)
     root = Path(out_dir) if out_dir is not None else default_build_dir(cfg)
     model = model if model is not None else load_smollm2()
     train, train_first = token_activations(model, list(load_cola("train").sentence), chosen)
@@ -188,13 +175,12 @@ def build_smollm2_saes(
         "dev_sentences": int(dev_first.sum()),
         "dev_tokens": len(dev_first),
     }
-    return build_saes(
+    return sae_training.build_saes(
         root,
         train,
         chosen,
         cfg,
         hook=LAYER_HOOK,
-        sae_dir=sae_dir,
         score=lambda layer, sae: layer_quality(sae, dev[layer], dev_first),
         report=report,
         command=BUILD_COMMAND,
@@ -216,13 +202,13 @@ def ship_smollm2_saes(
     :func:`load_smollm2`), and a manifest
     (:func:`circuitlasso.data.sae_training.ship_saes`). Returns the folder."""
 
-    def scorer(chosen: list[int]) -> Scorer:
+    def scorer(chosen: list[int]) -> sae_training.Scorer:
         decoder = model if model is not None else load_smollm2()
         dev, first = token_activations(decoder, list(load_cola("dev").sentence), chosen)
         return lambda layer, sae: layer_quality(sae, dev[layer], first)
 
     root = Path(out_dir) if out_dir is not None else shipped_saes_dir()
-    return ship_saes(Path(build), root, scorer, sae_dir, layers=layers)
+    return sae_training.ship_saes(Path(build), root, scorer, LAYER_HOOK, layers=layers)
 
 
 def load_smollm2_saes(
@@ -237,12 +223,12 @@ def load_smollm2_saes(
             f"no SmolLM2 SAEs at {root} (no {MANIFEST_FILE}); build and ship them with "
             f"`{BUILD_COMMAND}`"
         )
-    held = [int(layer) for layer in saes_report(root)["layers"]]
+    held = [int(layer) for layer in sae_training.saes_report(root)["layers"]]
     chosen = _check_layers(held if layers is None else layers, held, f"at {root}")
-    return load_layer_saes(root, chosen, sae_dir)
+    return sae_training.load_layer_saes(root, chosen, LAYER_HOOK)
 
 
 def smollm2_saes_report(path: str | Path | None = None) -> dict[str, Any]:
     """The shipped SAEs' report (or that of the build at ``path``), with the worst layer's
     explained variance and dead share (:func:`~circuitlasso.data.sae_training.saes_report`)."""
-    return saes_report(Path(path) if path is not None else shipped_saes_dir())
+    return sae_training.saes_report(Path(path) if path is not None else shipped_saes_dir())

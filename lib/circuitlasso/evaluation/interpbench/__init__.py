@@ -6,6 +6,7 @@ same for the trained IOI model, and ``report`` turns a run into tables, means an
 
 from circuitlasso.evaluation.interpbench.evaluate import (
     METHODS,
+    RunSettings,
     evaluate_case,
     evaluate_model,
     evaluate_task,
@@ -23,6 +24,7 @@ from circuitlasso.evaluation.interpbench.report import (
 
 __all__ = [
     "METHODS",
+    "RunSettings",
     "case_means",
     "evaluate_case",
     "evaluate_ioi",

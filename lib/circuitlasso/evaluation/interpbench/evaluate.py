@@ -51,6 +51,31 @@ METHODS = (
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """What every InterpBench run fixes: the ``methods`` (names in :data:`METHODS`), ``n_prompts``
+    clean and ``n_prompts`` corrupted prompts per task, the ``seed`` of the prompts, the converted
+    weights and the methods, and the ``trials`` (timed runs) per method."""
+
+    methods: Sequence[str] = METHODS
+    n_prompts: int = 1000
+    seed: int = 0
+    trials: int = 3
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError(f"trials must be >= 1, got {self.trials}")
+        if self.n_prompts < 1:
+            raise ValueError(f"n_prompts must be >= 1, got {self.n_prompts}")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; expected a subset of {METHODS}")
+        object.__setattr__(self, "methods", tuple(self.methods))
+
+
+DEFAULT_SETTINGS = RunSettings()
+
+
+@dataclass(frozen=True)
 class MethodRun:
     """One run of one method: edge scores, its own threshold and the time split in seconds."""
 
@@ -104,27 +129,21 @@ def evaluate_model(
     model: HookedTransformer,
     ground_truth: Iterable[Edge],
     prompts: PromptPairs,
-    methods: Sequence[str] = METHODS,
-    trials: int = 3,
-    seed: int = 0,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> pd.DataFrame:
-    """One row per method: accuracy at the method's rule and in hindsight, AUROC, median times.
+    """One row per method of ``settings``: accuracy at the method's rule and in hindsight, AUROC,
+    median times (``settings.n_prompts`` is unused: ``prompts`` are given).
 
     ``ground_truth``: the true circuit's edges (a :class:`~circuitlasso.circuits.circuit.Circuit`
     or the edge set a task gives)."""
     ground_truth = Circuit(ground_truth)
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; expected a subset of {METHODS}")
     candidates = set(candidate_edges(graph_nodes(model)))
     outside = ground_truth.edges - candidates
     if outside:
         raise ValueError(f"ground-truth edges not in the model's graph: {sorted(outside)[:5]}")
     rows = []
-    for method in methods:
-        runs = [run_method(method, model, prompts, seed) for _ in range(trials)]
+    for method in settings.methods:
+        runs = [run_method(method, model, prompts, settings.seed) for _ in range(settings.trials)]
         first = runs[0]
         predicted = circuit_at_threshold(first.scores, first.threshold)
         collect = statistics.median(r.collect_seconds for r in runs)
@@ -150,15 +169,12 @@ def evaluate_model(
 def evaluate_compiled(
     compiled: CompiledTask,
     variant: Variant = "exact",
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> pd.DataFrame:
     """:func:`evaluate_model` on the converted ``variant`` of a compiled task."""
-    model = to_hooked_transformer(compiled, variant, seed=seed)
-    prompts = make_prompts(compiled, n_prompts, seed)
-    table = evaluate_model(model, compiled.ground_truth, prompts, methods, trials, seed)
+    model = to_hooked_transformer(compiled, variant, seed=settings.seed)
+    prompts = make_prompts(compiled, settings.n_prompts, settings.seed)
+    table = evaluate_model(model, compiled.ground_truth, prompts, settings)
     table.insert(0, "variant", variant)
     table.insert(0, "case", compiled.task.case_id)
     return table
@@ -167,23 +183,17 @@ def evaluate_compiled(
 def evaluate_task(
     task: TracrTask,
     variant: Variant = "exact",
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> pd.DataFrame:
     """Compile a (custom) RASP task and evaluate it like an InterpBench case."""
-    return evaluate_compiled(compile_task(task), variant, methods, n_prompts, seed, trials)
+    return evaluate_compiled(compile_task(task), variant, settings)
 
 
 def evaluate_case(
     case_id: str | int,
     variant: Variant = "exact",
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> pd.DataFrame:
     """Evaluate the InterpBench case ``case_id`` (see module docstring for the columns)."""
     get_task(case_id)  # clear error for an unknown id before compiling anything
-    return evaluate_compiled(compile_case(str(case_id)), variant, methods, n_prompts, seed, trials)
+    return evaluate_compiled(compile_case(str(case_id)), variant, settings)

@@ -6,7 +6,6 @@ metric and CircuitLasso's averages read them and why the logits are restricted t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -21,21 +20,23 @@ from circuitlasso.data.interpbench.ioi import (
     name_token_ids,
     restrict_unembedding,
 )
-from circuitlasso.evaluation.interpbench.evaluate import METHODS, evaluate_model
+from circuitlasso.evaluation.interpbench.evaluate import (
+    DEFAULT_SETTINGS,
+    RunSettings,
+    evaluate_model,
+)
 
 
 def evaluate_ioi(
     source: str | Path | None = None,
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
+    settings: RunSettings = DEFAULT_SETTINGS,
     corruption: Corruption = "abc",
     revision: str | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
     name_logits: bool = True,
 ) -> pd.DataFrame:
-    """Evaluate ``methods`` on InterpBench's trained IOI model against its hub circuit.
+    """Evaluate the methods of ``settings`` on InterpBench's trained IOI model against its hub
+    circuit.
 
     ``source`` is a local directory holding the ``ioi`` case folder in the hub's format, or
     ``None`` to download it (see :func:`circuitlasso.data.interpbench.load_hub_case`).
@@ -48,7 +49,7 @@ def evaluate_ioi(
     if model.tokenizer is None:
         raise ValueError("the IOI model's config names no tokenizer; pass tokenizer=")
     prompts = encode_ioi(
-        ioi_prompts(n_prompts, seed, corruption),
+        ioi_prompts(settings.n_prompts, settings.seed, corruption),
         model.tokenizer,
         prepend_bos=bool(model.cfg.default_prepend_bos),
     )
@@ -59,7 +60,7 @@ def evaluate_ioi(
         )
     if name_logits:
         model = restrict_unembedding(model, name_token_ids(model.tokenizer))
-    table = evaluate_model(model, case.ground_truth, prompts, methods, trials, seed)
+    table = evaluate_model(model, case.ground_truth, prompts, settings)
     table.insert(0, "variant", "trained")
     table.insert(0, "case", IOI_CASE)
     return table

@@ -2,10 +2,9 @@
 
 A run is one DataFrame with a row per case x variant x method, as returned by
 :func:`circuitlasso.evaluation.interpbench.evaluate_compiled` (concatenated by
-:func:`run_cases`, with the trained IOI case by :func:`run_benchmark`, timed by
-:func:`timed_benchmark` and told by :func:`run_note`; the held-out suite by
-:func:`run_heldout`). The other functions only reshape it; the benchmark script and the notebook
-both print them.
+:func:`run_cases`, with the trained IOI case and timed by :func:`timed_benchmark`, told by
+:func:`run_note`; the held-out suite by :func:`run_heldout`). The other functions only reshape
+it; the benchmark script and the notebook both print them.
 
 - :func:`case_means`: the mean of each column over cases, per variant and method (paper Fig. 2).
 - :func:`median_speedups`: per CircuitLasso method, the median over case x variant of the
@@ -38,7 +37,13 @@ from circuitlasso.data.interpbench.convert import VARIANTS, Variant, to_hooked_t
 from circuitlasso.data.interpbench.heldout import HELDOUT_TASKS
 from circuitlasso.data.interpbench.programs import CASES, TracrTask
 from circuitlasso.data.interpbench.prompts import make_prompts
-from circuitlasso.evaluation.interpbench.evaluate import METHODS, evaluate_compiled, run_method
+from circuitlasso.evaluation.interpbench.evaluate import (
+    DEFAULT_SETTINGS,
+    METHODS,
+    RunSettings,
+    evaluate_compiled,
+    run_method,
+)
 from circuitlasso.evaluation.interpbench.ioi import evaluate_ioi
 from circuitlasso.timing import Stopwatch
 
@@ -70,10 +75,7 @@ def suite_task(suite: str, case: str | int) -> TracrTask:
 def run_cases(
     cases: Sequence[str | int],
     variants: Sequence[Variant] = VARIANTS,
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
+    settings: RunSettings = DEFAULT_SETTINGS,
     progress: bool = True,
     suite: str = "interpbench",
 ) -> pd.DataFrame:
@@ -86,74 +88,48 @@ def run_cases(
         raise ValueError("no case x variant to run: pass at least one case and one variant")
     compiled = {task.case_id: compile_task(task) for task in tasks}
     tables = [
-        evaluate_compiled(compiled[task.case_id], variant, methods, n_prompts, seed, trials)
+        evaluate_compiled(compiled[task.case_id], variant, settings)
         for task, variant in tqdm(jobs, desc="cases", disable=not progress)
     ]
     return pd.concat(tables, ignore_index=True)
 
 
-def run_benchmark(
-    cases: Sequence[str | int],
-    variants: Sequence[Variant] = VARIANTS,
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
-    *,
-    ioi: bool = False,
-    ioi_source: str | Path | None = None,
-) -> pd.DataFrame:
-    """:func:`run_cases`, then with ``ioi`` the trained IOI case
-    (:func:`~circuitlasso.evaluation.interpbench.ioi.evaluate_ioi`, from the hub or the local
-    ``ioi_source``) as more rows of the same table."""
-    table = run_cases(cases, variants, methods, n_prompts, seed, trials)
-    if not ioi:
-        return table
-    hub = evaluate_ioi(ioi_source, methods, n_prompts, seed, trials)
-    return pd.concat([table, hub], ignore_index=True)
-
-
 def timed_benchmark(
     cases: Sequence[str | int],
     variants: Sequence[Variant] = VARIANTS,
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
+    settings: RunSettings = DEFAULT_SETTINGS,
     *,
     ioi: bool = False,
     ioi_source: str | Path | None = None,
 ) -> tuple[pd.DataFrame, float]:
-    """:func:`run_benchmark` (same arguments) and its wall-clock seconds."""
+    """:func:`run_cases`, then with ``ioi`` the trained IOI case
+    (:func:`~circuitlasso.evaluation.interpbench.ioi.evaluate_ioi`, from the hub or the local
+    ``ioi_source``) as more rows of the same table; with the run's wall-clock seconds."""
     clock = Stopwatch()
-    table = run_benchmark(
-        cases, variants, methods, n_prompts, seed, trials, ioi=ioi, ioi_source=ioi_source
-    )
-    return table, clock.lap("benchmark")
+    tables = [run_cases(cases, variants, settings)]
+    if ioi:
+        tables.append(evaluate_ioi(ioi_source, settings))
+    return pd.concat(tables, ignore_index=True), clock.lap("benchmark")
 
 
-def run_note(
-    table: pd.DataFrame, seconds: float, n_prompts: int, trials: int, threads: int, seed: int
-) -> str:
+def run_note(table: pd.DataFrame, seconds: float, settings: RunSettings, threads: int) -> str:
     """Two lines on a run ``table`` that took ``seconds``: how many runs on how many cases, and
-    its settings (``n_prompts`` prompt pairs, ``trials``, torch ``threads``, ``seed``)."""
+    its ``settings`` (prompt pairs, trials, seed) and torch ``threads``."""
     return (
         f"{len(table)} runs on {table['case'].nunique()} cases in {seconds:.0f} s\n"
-        f"M={n_prompts} prompt pairs, {trials} trial(s), {threads} thread(s), seed {seed}"
+        f"M={settings.n_prompts} prompt pairs, {settings.trials} trial(s), {threads} thread(s), "
+        f"seed {settings.seed}"
     )
 
 
 def run_heldout(
     cases: Sequence[str],
     variants: Sequence[Variant] = VARIANTS,
-    methods: Sequence[str] = METHODS,
-    n_prompts: int = 1000,
-    seed: int = 0,
-    trials: int = 3,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> pd.DataFrame:
     """:func:`run_cases` on the held-out RASP programs (suite "heldout",
     :data:`~circuitlasso.data.interpbench.heldout.HELDOUT_TASKS`), without a progress bar."""
-    return run_cases(cases, variants, methods, n_prompts, seed, trials, False, "heldout")
+    return run_cases(cases, variants, settings, False, "heldout")
 
 
 def _check_columns(table: pd.DataFrame, columns: Sequence[str]) -> None:
