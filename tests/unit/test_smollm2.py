@@ -3,6 +3,7 @@ HookedTransformer, against the HF model transformers reads from the same file.""
 
 from __future__ import annotations
 
+import copy
 import re
 from importlib.metadata import PackageNotFoundError
 
@@ -99,3 +100,76 @@ def test_a_file_with_other_bytes_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(smollm2, "GGUF_SHA256", wrong)
     with pytest.raises(ValueError, match=f"has sha256 {actual}, expected {wrong}"):
         smollm2.gguf_file()
+
+
+def _tl_patched(model, clean: torch.Tensor, other: torch.Tensor, name: str, heads: list[int]):
+    """``model``'s logits on ``clean`` with the hook ``name``'s slots ``heads`` (its third axis)
+    taken from the run on ``other``."""
+    _, cache = model.run_with_cache(other, names_filter=name)
+
+    def patch(x: torch.Tensor, hook) -> torch.Tensor:
+        x[:, :, heads] = cache[name][:, :, heads]
+        return x
+
+    return model.run_with_hooks(clean, fwd_hooks=[(name, patch)])
+
+
+def _hf_patched(reference, clean: torch.Tensor, other: torch.Tensor, projection, columns: slice):
+    """The HF model's logits on ``clean`` with the ``columns`` of the output of the linear layer
+    ``projection`` taken from the run on ``other``."""
+    saved = {}
+    handle = projection.register_forward_hook(lambda m, i, out: saved.update(out=out))
+    reference(other)
+    handle.remove()
+
+    def replace(module, inputs, out: torch.Tensor) -> torch.Tensor:
+        out = out.clone()
+        out[..., columns] = saved["out"][..., columns]
+        return out
+
+    handle = projection.register_forward_hook(replace)
+    try:
+        return reference(clean).logits
+    finally:
+        handle.remove()
+
+
+@pytest.mark.slow
+@torch.no_grad()
+def test_each_query_heads_key_and_value_inputs_patch_as_the_hf_model_does(model, hf) -> None:
+    """The per-head q/k/v inputs that edge patching reads (MIB's scoring, EAP), on this
+    grouped-query model (9 query heads share 3 key/value heads) once ungrouped: with every hook
+    flag on, the logits are still the HF model's; patching the key (value) input of the three
+    query heads that share a key/value head with the counterfactual prompt's equals the HF model
+    with that key/value head's slice of ``k_proj`` (``v_proj``) taken from the counterfactual run;
+    and each query head's input is its own (patching one of the three is not the same)."""
+    reference, tokenizer = hf
+    flagged = copy.deepcopy(model)
+    flagged.set_use_attn_result(True)
+    flagged.set_use_split_qkv_input(True)
+    flagged.set_use_hook_mlp_in(True)
+    flagged.set_ungroup_grouped_query_attention(True)
+    clean, other = (
+        torch.tensor([tokenizer(text).input_ids])
+        for text in (IOI, "When Anna and Lucy went to the park, Lucy gave a drink to")
+    )
+    assert clean.shape == other.shape
+    expected = reference(clean).logits
+    scale = float(expected.abs().max())
+    assert float((flagged(clean) - expected).abs().max()) <= 1e-4 * scale
+    cfg = flagged.cfg
+    assert cfg.n_key_value_heads is not None
+    shared = cfg.n_heads // cfg.n_key_value_heads  # query heads per key/value head: 3
+    layer, group = 6, 1
+    heads = list(range(group * shared, (group + 1) * shared))
+    columns = slice(group * cfg.d_head, (group + 1) * cfg.d_head)
+    for kind in ("k", "v"):
+        name = f"blocks.{layer}.hook_{kind}_input"
+        projection = getattr(reference.model.layers[layer].self_attn, f"{kind}_proj")
+        theirs = _hf_patched(reference, clean, other, projection, columns)
+        ours = _tl_patched(flagged, clean, other, name, heads)
+        one_head = _tl_patched(flagged, clean, other, name, heads[:1])
+        moved = float((theirs - expected).abs().max())
+        assert moved > 1e-2 * scale, kind  # the patch changes the output
+        assert float((ours - theirs).abs().max()) <= 1e-4 * scale, kind
+        assert float((one_head - theirs).abs().max()) > 1e-2 * moved, kind
