@@ -10,10 +10,12 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso.data.counterfactual_tasks import TaskTokens, logit_difference
-from circuitlasso.evaluation.eap import edge_attribution_patching
+from circuitlasso.data.graph import can_feed, graph_nodes
+from circuitlasso.evaluation.eap import edge_attribution_patching, receiver_slots
 from circuitlasso.evaluation.mib import (
     MIB_FRACTIONS,
     circuit_logit_diff,
+    circuits_logit_diff,
     cpr_cmd,
     edge_patched_logits,
     expand_scores,
@@ -188,6 +190,64 @@ def test_removing_one_edge_patches_only_that_receiver():
         got = edge_patched_logits(model, clean, counter, every - {edge})
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5, msg=str(edge))
         assert not torch.allclose(got, model(clean), atol=1e-4), edge
+
+
+def _plainly_patched_logits(model, clean, counter, circuit) -> torch.Tensor:
+    """Edge patching written out plainly: each receiver slot adds, for every sender that can
+    feed it by an edge outside ``circuit``, the sender's counterfactual output minus its output
+    in this same pass."""
+    nodes = graph_nodes(model)
+    senders = [n for n in nodes if n.kind != "output"]
+    with torch.no_grad():
+        _, counter_cache = model.run_with_cache(counter)
+    current = {}
+
+    def value(cache, node):
+        return cache[node.hook] if node.head is None else cache[node.hook][:, :, node.head]
+
+    def record(act, hook):
+        current[hook.name] = act.clone()
+
+    def patch(act, hook):
+        act = act.clone()
+        for slot in receiver_slots(model, nodes):
+            if slot.hook != hook.name:
+                continue
+            for u in senders:
+                if can_feed(u, slot.node) and (u.name, slot.name) not in circuit:
+                    delta = value(counter_cache, u) - value(current, u)
+                    if slot.head is None:
+                        act += delta
+                    else:
+                        act[:, :, slot.head] += delta
+        return act
+
+    hooks = [(h, record) for h in {u.hook for u in senders}]
+    hooks += [(h, patch) for h in {r.hook for r in receiver_slots(model, nodes)}]
+    with torch.no_grad():
+        return model.run_with_hooks(clean, fwd_hooks=hooks)
+
+
+@pytest.mark.parametrize("share", [0.02, 0.3, 0.7, 0.98])
+def test_patching_any_circuit_matches_the_patch_written_out_plainly(share):
+    """Small and large circuits alike (the patch sums whichever of a receiver's patched and
+    kept senders is the smaller set)."""
+    model, tokens = _model(n_layers=3, n_heads=3), _tokens(m=4, seed=2)
+    edges = mib_edges(model)
+    g = torch.Generator().manual_seed(int(share * 100))
+    circuit = {e for e, u in zip(edges, torch.rand(len(edges), generator=g), strict=True)
+               if u < share}  # fmt: skip
+    got = edge_patched_logits(model, tokens.clean, tokens.counterfactual, circuit)
+    expected = _plainly_patched_logits(model, tokens.clean, tokens.counterfactual, circuit)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        assert not torch.allclose(got, model(tokens.clean), atol=1e-3)
+    several = circuits_logit_diff(model, tokens, [circuit, (), edges], batch_size=3)
+    assert several[0] == pytest.approx(circuit_logit_diff(model, tokens, circuit), abs=1e-6)
+    assert several[1:] == pytest.approx(
+        [circuit_logit_diff(model, tokens, ()), circuit_logit_diff(model, tokens, edges)],
+        abs=1e-6,
+    )
 
 
 def test_circuit_logit_diff_does_not_depend_on_the_batch():

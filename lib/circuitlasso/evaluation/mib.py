@@ -50,6 +50,7 @@ from circuitlasso.data.graph import (
     DEFAULT_PASS_GIB,
     INPUT,
     OUTPUT,
+    NodeLocation,
     can_feed,
     graph_nodes,
     prompts_per_batch,
@@ -123,6 +124,13 @@ def prune(model: HookedTransformer, circuit: Collection[SlotEdge]) -> frozenset[
         edges = kept
 
 
+def _ranked_edges(model: HookedTransformer, scores: Mapping[tuple[str, str], float]) -> list:
+    """Every MIB edge by decreasing ``|score|`` (:func:`expand_scores`; ties in computation
+    order)."""
+    expanded = expand_scores(model, scores)
+    return sorted(expanded, key=lambda e: -abs(expanded[e]))  # stable: computation order
+
+
 def top_edges(
     model: HookedTransformer,
     scores: Mapping[tuple[str, str], float],
@@ -132,12 +140,119 @@ def top_edges(
 ) -> frozenset[SlotEdge]:
     """The ``n`` MIB edges of largest ``|score|`` (:func:`expand_scores`; ties in computation
     order), pruned as MIB prunes unless ``pruned=False``."""
-    expanded = expand_scores(model, scores)
-    if not 0 <= n <= len(expanded):
-        raise ValueError(f"n must be in [0, {len(expanded)}], got {n}")
-    order = sorted(expanded, key=lambda e: -abs(expanded[e]))  # stable: computation order
+    order = _ranked_edges(model, scores)
+    if not 0 <= n <= len(order):
+        raise ValueError(f"n must be in [0, {len(order)}], got {n}")
     chosen = frozenset(order[:n])
     return prune(model, chosen) if pruned else chosen
+
+
+@dataclass(frozen=True)
+class _EdgeGraph:
+    """A model's senders and receiver slots in computation order, and which sender can feed
+    which slot (``real: (S, R)`` bool)."""
+
+    senders: list[NodeLocation]
+    slots: list[ReceiverSlot]
+    real: torch.Tensor
+
+    @classmethod
+    def of(cls, model: HookedTransformer) -> _EdgeGraph:
+        nodes = graph_nodes(model)
+        senders = [n for n in nodes if n.kind != "output"]
+        slots = receiver_slots(model, nodes)
+        real = torch.tensor([[can_feed(u, r.node) for r in slots] for u in senders])
+        return cls(senders, slots, real)
+
+    def inside(self, circuit: Collection[SlotEdge]) -> torch.Tensor:
+        """``(S, R)`` bool: the edges of ``circuit``; ValueError on an edge not in the graph."""
+        index = {n.name: i for i, n in enumerate(self.senders)}
+        slot_index = {r.name: j for j, r in enumerate(self.slots)}
+        inside = torch.zeros(len(self.senders), len(self.slots), dtype=torch.bool)
+        for sender, receiver in circuit:
+            i, j = index.get(sender), slot_index.get(receiver)
+            if i is None or j is None or not self.real[i, j]:
+                raise ValueError(f"edge {sender} -> {receiver} is not in the model's graph")
+            inside[i, j] = True
+        return inside
+
+    def sender_hooks(self) -> dict[str, list[tuple[int, int | None]]]:
+        """``{hook: [(sender index, head or None)]}``, hooks in computation order."""
+        hooks: dict[str, list[tuple[int, int | None]]] = {}
+        for i, node in enumerate(self.senders):
+            hooks.setdefault(node.hook, []).append((i, node.head))
+        return hooks
+
+    def counterfactual_outputs(
+        self, model: HookedTransformer, counterfactual: torch.Tensor
+    ) -> torch.Tensor:
+        """Every sender's output on ``counterfactual``, sender-major: ``(S, B, P, d_model)``."""
+        _, cache = forward_cache(model, counterfactual, sorted(self.sender_hooks()))
+        return sender_outputs(cache, self.senders).permute(2, 0, 1, 3).contiguous()
+
+
+def _patched_logits(
+    model: HookedTransformer,
+    graph: _EdgeGraph,
+    clean: torch.Tensor,
+    counter_outputs: torch.Tensor,
+    inside: torch.Tensor,
+) -> torch.Tensor:
+    """Logits ``(B, P, V)`` on ``clean`` with every edge of ``graph`` outside ``inside: (S, R)``
+    patched with its sender's output in ``counter_outputs: (S, B, P, D)``.
+
+    A receiver adds, over its patched senders, the sender's counterfactual output minus its
+    output in this pass. Senders run in computation order and every sender computed before a
+    receiver can feed it, so that sum is the running sum over every sender so far minus the
+    sum over the receiver's circuit edges: each receiver sums whichever of its two sets is
+    smaller, and a small circuit costs little more than a forward pass."""
+    patched = graph.real & ~inside
+    sender_hooks = graph.sender_hooks()
+    receiver_hooks: dict[str, list[tuple[int | None, torch.Tensor, int, torch.Tensor]]] = {}
+    for j, slot in enumerate(graph.slots):
+        if patched[:, j].any():
+            feeding = torch.nonzero(graph.real[:, j]).flatten()
+            n = len(feeding)
+            prefix = bool(n) and int(feeding[-1]) == n - 1  # senders 0 .. n - 1 feed it
+            keep = torch.nonzero(inside[:, j]).flatten()
+            change = torch.nonzero(patched[:, j]).flatten()
+            if not (prefix and len(keep) < len(change)):
+                n = -1  # sum its patched senders
+            receiver_hooks.setdefault(slot.hook, []).append(
+                (slot.head, keep if n >= 0 else change, n, change)
+            )
+    if not receiver_hooks:  # the full circuit: the clean run itself
+        with torch.no_grad():
+            return model(clean.to(model.cfg.device))
+
+    difference = torch.zeros_like(counter_outputs)  # counterfactual - this pass, per sender
+    running = torch.zeros_like(counter_outputs[0])  # the sum of difference over senders so far
+    recorded = [0]  # how many senders (a prefix, in computation order) are in running
+
+    def record(act: torch.Tensor, hook) -> None:
+        for i, head in sender_hooks[hook.name]:
+            current = act[:, :, head] if head is not None else act
+            difference[i] = counter_outputs[i] - current
+            running.add_(difference[i])
+            recorded[0] = i + 1
+
+    def patch(act: torch.Tensor, hook) -> torch.Tensor:
+        out = act.clone()
+        for head, rows, n, change in receiver_hooks[hook.name]:
+            if n == recorded[0]:
+                update = running - difference[rows].sum(0)
+            else:
+                update = difference[change].sum(0)
+            if head is None:
+                out += update
+            else:
+                out[:, :, head] += update
+        return out
+
+    hooks: list = [(h, record) for h in sender_hooks]
+    hooks += [(h, patch) for h in receiver_hooks]
+    with torch.no_grad():
+        return model.run_with_hooks(clean.to(model.cfg.device), fwd_hooks=hooks)
 
 
 def edge_patched_logits(
@@ -149,63 +264,40 @@ def edge_patched_logits(
     """Logits ``(B, P, V)`` on ``clean`` with every edge outside ``circuit`` patched with its
     sender's activation on ``counterfactual`` (same shape), in one pass without gradients."""
     check_patching_inputs(model, clean, counterfactual)
-    nodes = graph_nodes(model)
-    senders = [n for n in nodes if n.kind != "output"]
-    slots = receiver_slots(model, nodes)
-    index = {n.name: i for i, n in enumerate(senders)}
-    slot_index = {r.name: j for j, r in enumerate(slots)}
-    real = torch.tensor([[can_feed(u, r.node) for r in slots] for u in senders])
-    inside = torch.zeros(len(senders), len(slots), dtype=torch.bool)
-    for sender, receiver in circuit:
-        i, j = index.get(sender), slot_index.get(receiver)
-        if i is None or j is None or not real[i, j]:
-            raise ValueError(f"edge {sender} -> {receiver} is not in the model's graph")
-        inside[i, j] = True
-    device = model.cfg.device
-    patched = (real & ~inside).to(device=device, dtype=model.cfg.dtype)
-    clean, counterfactual = clean.to(device), counterfactual.to(device)
+    graph = _EdgeGraph.of(model)
+    inside = graph.inside(circuit)
+    counter_outputs = graph.counterfactual_outputs(model, counterfactual.to(model.cfg.device))
+    return _patched_logits(model, graph, clean, counter_outputs, inside)
 
-    sender_hooks: dict[str, list[tuple[int, int | None]]] = {}
-    for i, node in enumerate(senders):
-        sender_hooks.setdefault(node.hook, []).append((i, node.head))
-    receiver_hooks: dict[str, list[tuple[int, int | None]]] = {}
-    for j, slot in enumerate(slots):
-        if patched[:, j].any():
-            receiver_hooks.setdefault(slot.hook, []).append((j, slot.head))
-    if not receiver_hooks:  # the full circuit: the clean run itself
-        with torch.no_grad():
-            return model(clean)
 
-    _, counter_cache = forward_cache(model, counterfactual, sorted(sender_hooks))
-    # sender-major (S, B, P, D), so that a receiver's update is one matrix product over the
-    # senders computed before it (they come first: senders are in computation order)
-    counter_outputs = sender_outputs(counter_cache, senders).permute(2, 0, 1, 3).contiguous()
-    del counter_cache
-    difference = torch.zeros_like(counter_outputs)  # counterfactual - this pass, per sender
-    feeding = {h: 1 + max(int(torch.nonzero(patched[:, j]).max()) for j, _ in receivers)
-               for h, receivers in receiver_hooks.items()}  # fmt: skip
-
-    def record(act: torch.Tensor, hook) -> None:
-        for i, head in sender_hooks[hook.name]:
-            current = act[:, :, head] if head is not None else act
-            difference[i] = counter_outputs[i] - current
-
-    def patch(act: torch.Tensor, hook) -> torch.Tensor:
-        receivers, n = receiver_hooks[hook.name], feeding[hook.name]
-        columns = patched[:n, [j for j, _ in receivers]]  # (n, k)
-        update = (columns.T @ difference[:n].flatten(1)).view(len(receivers), *act.shape[:2], -1)
-        out = act.clone()
-        for k, (_, head) in enumerate(receivers):
-            if head is None:
-                out += update[k]
-            else:
-                out[:, :, head] += update[k]
-        return out
-
-    hooks: list = [(h, record) for h in sender_hooks]
-    hooks += [(h, patch) for h in receiver_hooks]
-    with torch.no_grad():
-        return model.run_with_hooks(clean, fwd_hooks=hooks)
+def circuits_logit_diff(
+    model: HookedTransformer,
+    tokens: TaskTokens,
+    circuits: Sequence[Collection[SlotEdge]],
+    batch_size: int | None = None,
+    memory_gib: float = DEFAULT_PASS_GIB,
+) -> list[float]:
+    """m(C) of each circuit of ``circuits``: the mean over items of the logit difference
+    (:func:`~circuitlasso.data.counterfactual_tasks.logit_difference`) with every edge outside
+    ``C`` patched with its counterfactual activation (:func:`edge_patched_logits`),
+    ``batch_size`` items at a time (by default as many as fit in ``memory_gib``); each batch's
+    counterfactual run serves every circuit."""
+    check_patching_inputs(model, tokens.clean, tokens.counterfactual)
+    graph = _EdgeGraph.of(model)
+    insides = [graph.inside(circuit) for circuit in circuits]
+    if batch_size is None:
+        kept = 3 * tokens.clean.shape[1] * len(graph.senders) * model.cfg.d_model * 4
+        batch_size = prompts_per_batch(
+            model, tokens.clean.shape[1], memory_gib, extra_bytes_per_prompt=kept
+        )
+    totals = [0.0] * len(circuits)
+    for start in range(0, len(tokens), batch_size):
+        batch = tokens.rows(slice(start, start + batch_size))
+        counter = graph.counterfactual_outputs(model, batch.counterfactual.to(model.cfg.device))
+        for k, inside in enumerate(insides):
+            logits = _patched_logits(model, graph, batch.clean, counter, inside)
+            totals[k] += float(logit_difference(logits, batch).double().sum())
+    return [total / len(tokens) for total in totals]
 
 
 def circuit_logit_diff(
@@ -215,22 +307,8 @@ def circuit_logit_diff(
     batch_size: int | None = None,
     memory_gib: float = DEFAULT_PASS_GIB,
 ) -> float:
-    """m(C): the mean over items of the logit difference (:func:`~circuitlasso.data.
-    counterfactual_tasks.logit_difference`) with every edge outside ``circuit`` patched with its
-    counterfactual activation (:func:`edge_patched_logits`), ``batch_size`` items at a time (by
-    default as many as fit in ``memory_gib``)."""
-    if batch_size is None:
-        n_senders = sum(1 for n in graph_nodes(model) if n.kind != "output")
-        kept = 3 * tokens.clean.shape[1] * n_senders * model.cfg.d_model * 4
-        batch_size = prompts_per_batch(
-            model, tokens.clean.shape[1], memory_gib, extra_bytes_per_prompt=kept
-        )
-    total = 0.0
-    for start in range(0, len(tokens), batch_size):
-        batch = tokens.rows(slice(start, start + batch_size))
-        logits = edge_patched_logits(model, batch.clean, batch.counterfactual, circuit)
-        total += float(logit_difference(logits, batch).double().sum())
-    return total / len(tokens)
+    """m(C) of one circuit (:func:`circuits_logit_diff`)."""
+    return circuits_logit_diff(model, tokens, [circuit], batch_size, memory_gib)[0]
 
 
 def trapezoid_area(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
@@ -307,18 +385,13 @@ def mib_score(
         raise ValueError(f"fractions must lie in (0, 1], got {fracs}")
     edges = mib_edges(model)
     n_edges = len(edges)
-
-    def m(circuit: Collection[SlotEdge]) -> float:
-        return circuit_logit_diff(model, tokens, circuit, batch_size, memory_gib)
-
-    m_empty, m_full = m(()), m(edges)
-    budgets, kept, values = [], [], []
-    for fraction in fracs:
-        n = int(fraction * n_edges)  # MIB's rounding
-        circuit = top_edges(model, scores, n)
-        budgets.append(n)
-        kept.append(len(circuit))
-        values.append(m(circuit))
+    order = _ranked_edges(model, scores)
+    budgets = [int(fraction * n_edges) for fraction in fracs]  # MIB's rounding
+    circuits = [prune(model, frozenset(order[:n])) for n in budgets]
+    kept = [len(circuit) for circuit in circuits]
+    m_empty, m_full, *values = circuits_logit_diff(
+        model, tokens, [(), edges, *circuits], batch_size, memory_gib
+    )
     f = [faithfulness(v, m_empty, m_full) for v in values]
     cpr, cmd = cpr_cmd(fracs, f)
     return MIBScore(
