@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from circuitlasso.circuits.components import component_circuit
 from circuitlasso.data import models
-from circuitlasso.data.counterfactual_tasks import encode_for_model, task_splits
 
 torch.set_num_threads(1)
 
@@ -68,28 +66,3 @@ def test_ioi_benchmark_every_method_resumes(
         benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path), *methods]
     )
     assert again["cpr"] == result["cpr"] and again["seconds"] == result["seconds"]
-
-
-def test_lasso_positions_choose_the_tokens_circuitlasso_averages(
-    benchmark_script, gpt2_tokenizer_dir: Path
-):
-    ioi = benchmark_script("ioi")
-    tokenizer = models.gpt2_tokenizer(gpt2_tokenizer_dir)
-    model = ioi.prepare(models.tiny_gpt2(n_layers=1, d_model=16, n_heads=2, n_ctx=32,
-                                         tokenizer=tokenizer))  # fmt: skip
-    split = task_splits("ioi", tokenizer, 6, 1)
-    train = encode_for_model(model, split.train)
-    answers = torch.stack([train.answer, train.wrong], 1)
-    tokens = torch.cat([train.clean, train.counterfactual])
-    for positions, mask in (("last", train.last_mask), ("real", train.real_mask)):
-        scores = ioi.find_scores("circuitlasso-linear-read", model, train, 0, 0, 1.0, positions)
-        reference = component_circuit(
-            model,
-            tokens,
-            torch.cat([mask, mask]),
-            read_projection=True,
-            answers=torch.cat([answers, answers]),
-        )
-        assert scores == reference.scores
-    last = ioi.find_scores("circuitlasso-linear-read", model, train, 0, 0, 1.0, "last")
-    assert last != ioi.find_scores("circuitlasso-linear-read", model, train, 0, 0, 1.0, "real")

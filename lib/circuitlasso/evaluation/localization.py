@@ -1,0 +1,319 @@
+"""Circuit localization on a real decoder, scored as MIB scores it: CircuitLasso against EAP and
+EAP-IG on counterfactual tasks (IOI, subject-verb agreement).
+
+For each task of :mod:`circuitlasso.data.counterfactual_tasks`, every method finds edge scores on
+the train split and is scored on the disjoint test split with
+:func:`circuitlasso.evaluation.mib.mib_score` (f at MIB's edge fractions, CPR, CMD; m the logit
+difference answer - wrong at each prompt's last real token).
+
+- ``circuitlasso-*`` (:func:`~circuitlasso.evaluation.interpbench.evaluate.run_method`, as the
+  InterpBench harness runs them): clean and counterfactual train prompts stacked, activations
+  averaged over the real tokens (``lasso_positions="real"``, the paper's App. B.2) or over the
+  last one (``"last"``, where the metric reads the logits), the output node each prompt's logit
+  difference (one column, where the logits would be the whole vocabulary); node-edge scores, a
+  head's score given to its q, k and v inputs alike. The paper's plain block Lasso over every
+  node's d_model columns would, on SmolLM2, return over 100 GiB of dense coefficient blocks:
+  its memory check refuses it before any work, and the default methods leave it out.
+- ``eap`` and ``eap-ig``: :func:`~circuitlasso.evaluation.eap.edge_attribution_patching` with
+  MIB's metric; its ``metric`` sees no item ids, so the prompts run in chunks, each with its own
+  metric, and the per-chunk mean scores are averaged weighted by chunk size (the same sum);
+  scored per receiver slot (q, k, v apart) as MIB scores EAP.
+
+A method's seconds are the wall time of finding its scores (forward passes included), not of
+scoring them. :func:`compare_methods` keeps each (task, method) row in a store as it ends, keyed
+by the model's weights, the tokens, the settings, the machine and the library's version, so a
+stopped run resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformer_lens import HookedTransformer
+
+from circuitlasso.cache import digest_arrays
+from circuitlasso.data.counterfactual_tasks import (
+    TASKS,
+    TaskScore,
+    TaskTokens,
+    encode_for_model,
+    task_score,
+    task_splits,
+)
+from circuitlasso.data.graph import (
+    DEFAULT_PASS_GIB,
+    graph_nodes,
+    prompts_per_batch,
+    require_hook_flags,
+)
+from circuitlasso.data.interpbench.prompts import PromptPairs
+from circuitlasso.evaluation.cost.store import stored_row
+from circuitlasso.evaluation.eap import edge_attribution_patching, receiver_slots
+from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS, run_method
+from circuitlasso.evaluation.mib import MIB_FRACTIONS, SlotEdge, mib_edges, mib_score
+
+DEFAULT_METHODS = ("circuitlasso-linear-read", "eap", "eap-ig")
+LassoPositions = Literal["real", "last"]
+TOP_HEADS = 10
+"""How many of a scoring's heads a row keeps (:func:`head_scores`)."""
+
+
+@dataclass(frozen=True)
+class LocalizationSettings:
+    """One comparison's settings: the ``methods`` (names in
+    :data:`~circuitlasso.evaluation.interpbench.evaluate.METHODS`), ``n_train`` items to find
+    circuits on and ``n_test`` to score them on, MIB's edge ``fractions``, the ``seed`` of the
+    items and methods, EAP-IG's ``ig_steps``, the tokens CircuitLasso averages over
+    (``lasso_positions``) and the budget of one batch's passes (``memory_gib``)."""
+
+    methods: Sequence[str] = DEFAULT_METHODS
+    n_train: int = 64
+    n_test: int = 64
+    fractions: Sequence[float] = MIB_FRACTIONS
+    seed: int = 0
+    ig_steps: int = EAP_IG_STEPS
+    lasso_positions: LassoPositions = "real"
+    memory_gib: float = DEFAULT_PASS_GIB
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise ValueError(f"methods must be a non-empty subset of {METHODS}, got {unknown}")
+        if self.n_train < 1 or self.n_test < 1:
+            raise ValueError(f"n_train and n_test must be >= 1, got {self.n_train}, {self.n_test}")
+        fractions = [float(f) for f in self.fractions]
+        increasing = bool(fractions) and sorted(set(fractions)) == fractions
+        if not (increasing and fractions[0] > 0 and fractions[-1] <= 1):
+            raise ValueError(f"fractions must increase strictly in (0, 1], got {fractions}")
+        if self.lasso_positions not in ("real", "last"):
+            raise ValueError(
+                f"lasso_positions must be 'real' or 'last', not {self.lasso_positions!r}"
+            )
+        if self.ig_steps < 1:
+            raise ValueError(f"ig_steps must be >= 1, got {self.ig_steps}")
+        object.__setattr__(self, "methods", tuple(self.methods))
+        object.__setattr__(self, "fractions", tuple(fractions))
+
+
+def prepare_for_patching(model: HookedTransformer) -> HookedTransformer:
+    """``model`` with the hook flags edge patching reads, and grouped-query heads ungrouped so
+    that each query head's key and value inputs are edges of their own, as MIB asks."""
+    model.set_use_attn_result(True)
+    model.set_use_split_qkv_input(True)
+    model.set_use_hook_mlp_in(True)
+    model.set_ungroup_grouped_query_attention(True)
+    require_hook_flags(model)
+    return model
+
+
+def _logit_diff_metric(answer: torch.Tensor, wrong: torch.Tensor):
+    """EAP's metric for one chunk of items: per item, the sum over positions of the position
+    weights (1 at the last real token) times logit(answer) - logit(wrong)."""
+
+    def metric(logits, clean_logits, corrupted_logits, weights):
+        index = torch.stack([answer, wrong], 1).to(logits.device)  # (B, 2)
+        picked = logits.gather(-1, index[:, None, :].expand(-1, logits.shape[1], -1))
+        return ((picked[..., 0] - picked[..., 1]) * weights).sum(-1)
+
+    return metric
+
+
+def _eap_chunk_size(model: HookedTransformer, n_positions: int, memory_gib: float) -> int:
+    """Items per EAP chunk: what ``edge_attribution_patching`` would put in one batch."""
+    nodes = graph_nodes(model)
+    senders = sum(1 for n in nodes if n.kind != "output")
+    slots = len(receiver_slots(model, nodes))
+    kept = n_positions * model.cfg.d_model * (12 * senders + 20 * slots)
+    return prompts_per_batch(
+        model, n_positions, memory_gib, gradients=True, extra_bytes_per_prompt=kept
+    )
+
+
+def eap_logit_diff(
+    model: HookedTransformer, tokens: TaskTokens, ig_steps: int, memory_gib: float
+) -> dict[SlotEdge, float]:
+    """EAP (``ig_steps=0``) or EAP-IG slot scores with the logit-difference metric, averaged
+    over items (module docstring)."""
+    size = _eap_chunk_size(model, tokens.clean.shape[1], memory_gib)
+    totals: dict[SlotEdge, float] = {}
+    for start in range(0, len(tokens), size):
+        chunk = tokens.rows(slice(start, start + size))
+        result = edge_attribution_patching(
+            model,
+            chunk.clean,
+            chunk.counterfactual,
+            ig_steps=ig_steps,
+            metric=_logit_diff_metric(chunk.answer, chunk.wrong),
+            position_mask=chunk.last_mask,
+            batch_size=len(chunk),
+        )
+        for edge, score in result.slot_scores.items():
+            totals[edge] = totals.get(edge, 0.0) + score * len(chunk)
+    return {edge: total / len(tokens) for edge, total in totals.items()}
+
+
+def find_scores(
+    method: str,
+    model: HookedTransformer,
+    train: TaskTokens,
+    settings: LocalizationSettings = LocalizationSettings(),
+) -> dict[tuple[str, str], float]:
+    """One method's edge scores on the ``train`` split (module docstring)."""
+    if method in ("eap", "eap-ig"):
+        steps = settings.ig_steps if method == "eap-ig" else 0
+        return eap_logit_diff(model, train, steps, settings.memory_gib)
+    average = train.real_mask if settings.lasso_positions == "real" else train.last_mask
+    pairs = PromptPairs(train.clean, train.counterfactual, train.last_mask, average)
+    answers = torch.stack([train.answer, train.wrong], 1)
+    return run_method(method, model, pairs, settings.seed, answers=answers).scores
+
+
+def head_scores(
+    model: HookedTransformer, scores: dict[tuple[str, str], float], n: int = TOP_HEADS
+) -> list[tuple[str, float]]:
+    """The ``n`` attention heads whose edges out weigh most in ``scores`` (MIB or node edges):
+    per head, the sum of ``|score|`` over the edges it sends, largest first."""
+    heads = {node.name for node in graph_nodes(model) if node.kind == "head"}
+    totals = dict.fromkeys(sorted(heads), 0.0)
+    for (sender, _), score in scores.items():
+        if sender in totals:
+            totals[sender] += abs(float(score))
+    return sorted(totals.items(), key=lambda item: -item[1])[:n]
+
+
+def score_method(
+    method: str,
+    model: HookedTransformer,
+    train: TaskTokens,
+    test: TaskTokens,
+    settings: LocalizationSettings = LocalizationSettings(),
+) -> dict[str, object]:
+    """One (task, method) row: the seconds to find the scores on ``train``, their MIB scores on
+    ``test`` and the top heads (:func:`head_scores`)."""
+    start = time.perf_counter()
+    scores = find_scores(method, model, train, settings)
+    seconds = time.perf_counter() - start
+    score = mib_score(model, test, scores, settings.fractions, memory_gib=settings.memory_gib)
+    return {
+        "seconds": seconds,
+        "cpr": score.cpr,
+        "cmd": score.cmd,
+        "faithfulness": list(score.faithfulness),
+        "kept": list(score.kept),
+        "m_empty": score.m_empty,
+        "m_full": score.m_full,
+        "top_heads": [list(pair) for pair in head_scores(model, scores)],
+    }
+
+
+def model_digest(model: HookedTransformer) -> str:
+    """sha256 of the model's weights (a store key part)."""
+    return digest_arrays(*(p.detach().float().cpu().numpy() for p in model.parameters()))
+
+
+def _tokens_digest(train: TaskTokens, test: TaskTokens) -> str:
+    return digest_arrays(
+        *(t.numpy() for tt in (train, test) for t in (tt.clean, tt.counterfactual)),
+        *(t.numpy() for tt in (train, test) for t in (tt.answer, tt.wrong)),
+    )
+
+
+@dataclass(frozen=True)
+class Localization:
+    """A comparison: ``table`` has a row per (task, method) with ``seconds``, ``cpr``, ``cmd``,
+    ``faithfulness`` (f at each fraction), ``kept`` (edges left after pruning), ``m_empty``,
+    ``m_full`` and ``top_heads``; ``model_scores`` the model's own accuracy and mean logit
+    difference per task and split; ``n_edges`` the edges as MIB counts them."""
+
+    table: pd.DataFrame
+    model_scores: dict[str, dict[str, TaskScore]]
+    n_edges: int
+    settings: LocalizationSettings
+
+    def curves(self) -> pd.DataFrame:
+        """Long table of the faithfulness curves: task, method, fraction, f."""
+        rows = [
+            {"task": r.task, "method": r.method, "fraction": fraction, "f": f}
+            for r in self.table.itertuples()
+            for fraction, f in zip(self.settings.fractions, r.faithfulness, strict=True)
+        ]
+        return pd.DataFrame(rows)
+
+    def summary_table(self) -> pd.DataFrame:
+        """CPR, CMD and seconds per task and method, with f at each fraction."""
+        shown = self.table[["task", "method", "cpr", "cmd", "seconds"]].copy()
+        for k, fraction in enumerate(self.settings.fractions):
+            shown[f"f@{fraction:g}"] = [float(f[k]) for f in self.table["faithfulness"]]
+        return shown
+
+    def model_table(self) -> pd.DataFrame:
+        """The model's own accuracy and mean logit difference per task and split."""
+        return pd.DataFrame(
+            [
+                {
+                    "task": task,
+                    "split": split,
+                    "items": s.n,
+                    "accuracy": s.accuracy,
+                    "mean_logit_diff": s.mean_logit_diff,
+                    "counterfactual_logit_diff": s.counterfactual_logit_diff,
+                }
+                for task, splits in self.model_scores.items()
+                for split, s in splits.items()
+            ]
+        )
+
+
+def compare_methods(
+    model: HookedTransformer,
+    tasks: Sequence[str] = TASKS,
+    settings: LocalizationSettings = LocalizationSettings(),
+    *,
+    store: str | Path | None = None,
+    progress: bool = True,
+) -> Localization:
+    """Every method of ``settings`` on every task (module docstring), on ``model`` (hook flags
+    set here, :func:`prepare_for_patching`); each (task, method) row kept in ``store`` as it ends
+    when one is given, and read back from it by a later call with the same model, tokens and
+    settings."""
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise ValueError(f"tasks must be a non-empty subset of {TASKS}, got {unknown}")
+    model = prepare_for_patching(model.eval())
+    device = str(model.cfg.device)
+    tokens = {}
+    for task in tasks:
+        split = task_splits(task, model.tokenizer, settings.n_train, settings.n_test, settings.seed)  # type: ignore[arg-type]
+        tokens[task] = (encode_for_model(model, split.train), encode_for_model(model, split.test))
+    model_scores = {
+        task: {"train": task_score(model, train), "test": task_score(model, test)}
+        for task, (train, test) in tokens.items()
+    }
+    digest = model_digest(model) if store is not None else ""
+    rows = []
+    work = [(task, method) for task in tasks for method in settings.methods]
+    for task, method in tqdm(work, desc="methods", disable=not progress):
+        train, test = tokens[task]
+
+        def run(method: str = method, train: TaskTokens = train, test: TaskTokens = test):
+            return score_method(method, model, train, test, settings)
+
+        if store is None:
+            row = run()
+        else:
+            row = stored_row(store, run, kind="localization", model=digest,
+                             tokens=_tokens_digest(train, test), task=task, method=method,
+                             device=device, seed=settings.seed,
+                             ig_steps=settings.ig_steps if method == "eap-ig" else 0,
+                             fractions=list(settings.fractions),
+                             lasso_positions=settings.lasso_positions if "lasso" in method else "",
+                             )  # fmt: skip
+        rows.append({"task": task, "method": method, **row})
+    return Localization(pd.DataFrame(rows), model_scores, len(mib_edges(model)), settings)
