@@ -2,6 +2,7 @@
 CircuitLasso's averaged tokens, the settings' checks, a scoring's top heads, and the heads'
 direct effects against ablating a last-layer head with the final norm's scale held fixed."""
 
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ from circuitlasso.data.counterfactual_tasks import encode_for_model, logit_diffe
 from circuitlasso.evaluation import localization
 from circuitlasso.evaluation.head_roles import candidates_in_circuits, direct_effects
 from circuitlasso.evaluation.localization import LocalizationSettings
+from circuitlasso.presentation import plots
 
 torch.set_num_threads(1)
 
@@ -151,3 +153,52 @@ def test_candidates_are_ranked_in_each_methods_heads():
     assert table["lasso"].isna().all()
     with pytest.raises(ValueError, match="n must be"):
         candidates_in_circuits(effects, {}, n=0)
+
+
+def test_compare_methods_tables_summary_and_store(tokenizer, tmp_path: Path):
+    model = models.tiny_gpt2(n_layers=2, d_model=16, n_heads=2, n_ctx=32, tokenizer=tokenizer)
+    settings = LocalizationSettings(["eap", "eap-ig"], 4, 3, (0.1, 0.5, 1.0), ig_steps=2)
+    run = localization.compare_methods(model, ["ioi", "sva"], settings, store=tmp_path,
+                                       progress=False)  # fmt: skip
+    assert [(r.task, r.method) for r in run.table.itertuples()] == [
+        ("ioi", "eap"), ("ioi", "eap-ig"), ("sva", "eap"), ("sva", "eap-ig")
+    ]  # fmt: skip
+    assert run.n_edges == 2 * 3 * 1 + 3 + 2 * 3 * 4 + 6 + 7  # as the benchmark's test counts
+    assert all(f[-1] == pytest.approx(1.0) for f in run.table["faithfulness"])
+    curves = run.curves()
+    assert len(curves) == 4 * 3 and set(curves["fraction"]) == {0.1, 0.5, 1.0}
+    assert list(run.summary_table().columns[-3:]) == ["f@0.1", "f@0.5", "f@1"]
+    models_table = run.model_table()
+    assert list(models_table["split"]) == ["train", "test", "train", "test"]
+    assert (models_table["items"] == [4, 3, 4, 3]).all()
+    heads = run.top_heads_table(n=3)
+    assert heads.shape == (3, 4) and heads.index.name == "rank"
+    assert run.top_heads("ioi")["eap"] == [h for h, _ in run.table.loc[0, "top_heads"]]
+    candidates = run.candidates(model, n=2)
+    assert candidates.index.names == ["task", "head"] and len(candidates) == 4
+    summary = run.summary(candidates)
+    assert summary["edges"] == run.n_edges and summary["items"] == {"train": 4, "test": 3}
+    for task in ("ioi", "sva"):
+        assert summary[task]["model_accuracy"] == run.model_scores[task]["test"].accuracy
+        attending = (
+            candidates.loc[task, "attention_answer"] > candidates.loc[task, "attention_wrong"]
+        )
+        assert summary[task]["candidates_attending_answer"] == attending.sum()
+        for method in ("eap", "eap-ig"):
+            row = summary[task][method]
+            assert set(row["faithfulness"]) == {"0.1", "0.5", "1"}
+            # a 2-layer model has 4 heads and a method's list keeps up to ten: every one
+            assert row["candidates_in_top_heads"] == 2
+            layers = [int(h[1]) for h, _ in run.table.set_index(["task", "method"]).loc[
+                (task, method), "top_heads"][:5]]  # fmt: skip
+            assert row["median_top_head_layer"] == statistics.median(layers)
+    again = localization.compare_methods(model, ["ioi", "sva"], settings, store=tmp_path,
+                                         progress=False)  # fmt: skip
+    assert again.table["seconds"].tolist() == run.table["seconds"].tolist()  # read back
+    figure = plots.localization_curves(curves)
+    assert [ax.get_title() for ax in figure.axes] == ["ioi", "sva"]
+    assert figure.axes[0].get_xscale() == "log"
+    with pytest.raises(ValueError, match="lack columns"):
+        plots.localization_curves(curves.drop(columns="f"))
+    with pytest.raises(ValueError, match="tasks must be"):
+        localization.compare_methods(model, ["copy"], settings)

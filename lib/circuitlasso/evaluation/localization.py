@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
@@ -56,6 +57,7 @@ from circuitlasso.data.graph import (
 from circuitlasso.data.interpbench.prompts import PromptPairs
 from circuitlasso.evaluation.cost.store import stored_row
 from circuitlasso.evaluation.eap import edge_attribution_patching, receiver_slots
+from circuitlasso.evaluation.head_roles import candidates_in_circuits, direct_effects
 from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS, run_method
 from circuitlasso.evaluation.mib import MIB_FRACTIONS, SlotEdge, mib_edges, mib_score
 
@@ -229,13 +231,16 @@ def _tokens_digest(train: TaskTokens, test: TaskTokens) -> str:
 class Localization:
     """A comparison: ``table`` has a row per (task, method) with ``seconds``, ``cpr``, ``cmd``,
     ``faithfulness`` (f at each fraction), ``kept`` (edges left after pruning), ``m_empty``,
-    ``m_full`` and ``top_heads``; ``model_scores`` the model's own accuracy and mean logit
-    difference per task and split; ``n_edges`` the edges as MIB counts them."""
+    ``m_full`` and ``top_heads`` (``[head, score]``, :func:`head_scores`); ``model_scores`` the
+    model's own accuracy and mean logit difference per task and split; ``n_edges`` the edges as
+    MIB counts them."""
 
     table: pd.DataFrame
     model_scores: dict[str, dict[str, TaskScore]]
     n_edges: int
     settings: LocalizationSettings
+    tokens: dict[str, tuple[TaskTokens, TaskTokens]]
+    """``{task: (train, test)}``: the items the methods ran on."""
 
     def curves(self) -> pd.DataFrame:
         """Long table of the faithfulness curves: task, method, fraction, f."""
@@ -253,6 +258,76 @@ class Localization:
             shown[f"f@{fraction:g}"] = [float(f[k]) for f in self.table["faithfulness"]]
         return shown
 
+    def top_heads(self, task: str) -> dict[str, list[str]]:
+        """``{method: its top heads on task, most important first}``."""
+        rows = self.table[self.table["task"] == task]
+        return {r.method: [head for head, _ in r.top_heads] for r in rows.itertuples()}
+
+    def top_heads_table(self, n: int = 5) -> pd.DataFrame:
+        """Each method's ``n`` top heads per task, side by side: a column per (task, method)."""
+        columns = {
+            (r.task, r.method): [f"{head} ({score:.3g})" for head, score in r.top_heads[:n]]
+            for r in self.table.itertuples()
+        }
+        table = pd.DataFrame({key: pd.Series(heads) for key, heads in columns.items()})
+        table.index = pd.RangeIndex(1, len(table) + 1, name="rank")
+        return table
+
+    def candidates(self, model: HookedTransformer, n: int = 5) -> pd.DataFrame:
+        """Per task, the ``n`` heads of largest direct effect on its test items
+        (:func:`~circuitlasso.evaluation.head_roles.direct_effects`: in IOI, name-mover
+        candidates), with their rank among each method's top heads
+        (:func:`~circuitlasso.evaluation.head_roles.candidates_in_circuits`)."""
+        tables = []
+        for task, (_, test) in self.tokens.items():
+            effects = direct_effects(model, test)
+            table = candidates_in_circuits(effects, self.top_heads(task), n)
+            tables.append(table.assign(task=task).set_index(["task", "head"]))
+        return pd.concat(tables)
+
+    def summary(self, candidates: pd.DataFrame) -> dict[str, object]:
+        """The section's summary: per task the model's test accuracy and mean logit difference,
+        how many ``candidates`` attend more to the answer's earlier occurrence than to the wrong
+        token's;
+        per task and method CPR, CMD, f at each fraction and seconds, how many of the
+        ``candidates`` (:meth:`candidates`) its top heads hold and the median layer of its five
+        top heads; the edges and items."""
+        methods = list(self.settings.methods)
+        by_task: dict[str, object] = {}
+        for task, scores in self.model_scores.items():
+            rows = self.table[self.table["task"] == task].set_index("method")
+            found = candidates.loc[task, methods].notna().sum()
+            heads = candidates.loc[task]
+            by_task[task] = {
+                "model_accuracy": scores["test"].accuracy,
+                "model_logit_diff": scores["test"].mean_logit_diff,
+                "candidates_attending_answer": int(
+                    (heads["attention_answer"] > heads["attention_wrong"]).sum()
+                ),
+                **{
+                    method: {
+                        "cpr": rows.loc[method, "cpr"],
+                        "cmd": rows.loc[method, "cmd"],
+                        "faithfulness": dict(
+                            zip(
+                                [f"{f:g}" for f in self.settings.fractions],
+                                rows.loc[method, "faithfulness"],
+                                strict=True,
+                            )
+                        ),
+                        "seconds": rows.loc[method, "seconds"],
+                        "candidates_in_top_heads": int(found[method]),
+                        "median_top_head_layer": _median_layer(rows.loc[method, "top_heads"]),
+                    }
+                    for method in methods
+                },
+            }
+        return {
+            **by_task,
+            "edges": self.n_edges,
+            "items": {"train": self.settings.n_train, "test": self.settings.n_test},
+        }
+
     def model_table(self) -> pd.DataFrame:
         """The model's own accuracy and mean logit difference per task and split."""
         return pd.DataFrame(
@@ -269,6 +344,12 @@ class Localization:
                 for split, s in splits.items()
             ]
         )
+
+
+def _median_layer(top_heads: Sequence[Sequence[object]], n: int = 5) -> float:
+    """The median layer of the first ``n`` heads of ``[[head, score], ...]`` (``"a12.h3"``)."""
+    layers = [int(str(head)[1:].split(".")[0]) for head, _ in top_heads[:n]]
+    return float(np.median(layers))
 
 
 def compare_methods(
@@ -316,4 +397,5 @@ def compare_methods(
                              lasso_positions=settings.lasso_positions if "lasso" in method else "",
                              )  # fmt: skip
         rows.append({"task": task, "method": method, **row})
-    return Localization(pd.DataFrame(rows), model_scores, len(mib_edges(model)), settings)
+    table = pd.DataFrame(rows)
+    return Localization(table, model_scores, len(mib_edges(model)), settings, tokens)

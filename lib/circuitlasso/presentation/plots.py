@@ -343,6 +343,28 @@ def faithfulness_curves(node: pd.DataFrame, edge: pd.DataFrame) -> Figure:
     return fig
 
 
+def localization_curves(curves: pd.DataFrame) -> Figure:
+    """MIB's faithfulness curves: f against the fraction of edges kept (log axis), a panel per
+    ``task``, a line per ``method``; dashed, f = 1 (the full model) and f = 0 (the
+    counterfactual). ``curves`` has columns ``task, method, fraction, f``, as
+    :meth:`circuitlasso.evaluation.localization.Localization.curves` gives them."""
+    missing = [c for c in ("task", "method", "fraction", "f") if c not in curves]
+    if missing:
+        raise ValueError(f"curves lack columns {missing}")
+    tasks = list(dict.fromkeys(curves["task"]))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax, task in zip(axes[0], tasks, strict=True):
+        sns.lineplot(data=curves[curves["task"] == task], x="fraction", y="f", hue="method",
+                     marker="o", ax=ax, legend=ax is axes[0, 0])  # fmt: skip
+        for level in (0.0, 1.0):
+            ax.axhline(level, color="grey", linestyle="--", linewidth=1)
+        ax.set(xscale="log", xlabel="fraction of edges kept", ylabel="faithfulness f",
+               title=task)  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
 def debias_scores(table: pd.DataFrame) -> Figure:
     """Bias in Bios at a glance: left, each method's profession, gender and worst-group accuracy
     in percent (Table 2; dashed: 50, the ideal gender accuracy); right, its seconds to build the
