@@ -137,7 +137,14 @@ def test_empty_and_full_circuits_are_the_counterfactual_and_clean_runs():
         clean, counter = model(tokens.clean), model(tokens.counterfactual)
     full = edge_patched_logits(model, tokens.clean, tokens.counterfactual, mib_edges(model))
     empty = edge_patched_logits(model, tokens.clean, tokens.counterfactual, ())
-    assert torch.equal(full, clean)
+    # patching reads the heads at hook_z, so it runs without use_attn_result: the same logits
+    # as the flagged run up to rounding, and exactly those of the plain forward pass
+    model.set_use_attn_result(False)
+    with torch.no_grad():
+        plain = model(tokens.clean)
+    model.set_use_attn_result(True)
+    assert torch.equal(full, plain)
+    torch.testing.assert_close(full, clean, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(empty, counter, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(clean, counter, atol=1e-3)
 
