@@ -20,8 +20,10 @@ from circuitlasso.data.graph import (
     LOGITS,
     allowed_parents,
     graph_nodes,
+    heads_summed,
     prompts_per_batch,
     require_hook_flags,
+    sender_reads,
 )
 from circuitlasso.forward import mean_over_real
 
@@ -106,7 +108,8 @@ def collect_nodes(
     mask = _position_mask(position_mask, tokens)
     if batch_size is None:
         batch_size = prompts_per_batch(model, tokens.shape[1], memory_gib)
-    hooks = sorted({n.hook for n in nodes if n.hook != LOGITS})
+    written = [j for j, n in enumerate(nodes) if n.hook != LOGITS]  # read at a hook
+    outputs_at = sender_reads(model, [nodes[j] for j in written])
     blocks: list[list[torch.Tensor]] = [[] for _ in nodes]
     device = model.cfg.device
     for start in tqdm(range(0, len(tokens), batch_size), desc="collect", disable=not progress):
@@ -117,18 +120,19 @@ def collect_nodes(
         def save(activation: torch.Tensor, hook, cache=cache) -> None:
             cache[hook.name] = activation
 
-        with torch.inference_mode():
-            logits = model.run_with_hooks(batch, fwd_hooks=[(h, save) for h in hooks])
+        with torch.inference_mode(), heads_summed(model):
+            logits = model.run_with_hooks(batch, fwd_hooks=[(h, save) for h in sorted(outputs_at)])
         if answers is not None:
             pair = answers[start : start + batch_size].to(logits.device)  # (B, 2)
             picked = logits.gather(-1, pair[:, None, :].expand(-1, logits.shape[1], -1))
             logits = picked[..., :1] - picked[..., 1:]  # (B, P, 1)
-        cache[LOGITS] = logits
+        for hook, found in outputs_at.items():
+            for read in found:
+                mean = mean_over_real(read(cache[hook]), chosen).float().cpu()
+                blocks[written[read.index]].append(mean)
         for j, node in enumerate(nodes):
-            act = cache[node.hook]
-            if node.head is not None:
-                act = act[:, :, node.head]
-            blocks[j].append(mean_over_real(act, chosen).float().cpu())
+            if node.hook == LOGITS:
+                blocks[j].append(mean_over_real(logits, chosen).float().cpu())
     columns = [torch.cat(b) for b in blocks]
     reads = None
     if answers is not None:

@@ -10,6 +10,8 @@ except that heads of one layer run in parallel and so never feed each other. An 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -149,3 +151,49 @@ def prompts_per_batch(
             f"memory_gib={memory_gib}: raise memory_gib or use shorter prompts"
         )
     return batch_size(available, per_prompt)
+
+
+@dataclass(frozen=True)
+class SenderRead:
+    """How sender ``index``'s output is read from its hook's activation: whole (``head`` None),
+    or a head's slice of ``z: (B, P, H, d_head)`` through its ``W_O: (d_head, d_model)``."""
+
+    index: int
+    head: int | None = None
+    W_O: torch.Tensor | None = None
+
+    def __call__(self, act: torch.Tensor) -> torch.Tensor:
+        if self.head is None or self.W_O is None:
+            return act
+        return act[:, :, self.head] @ self.W_O
+
+
+def sender_reads(
+    model: HookedTransformer, senders: list[NodeLocation]
+) -> dict[str, list[SenderRead]]:
+    """``{hook: [SenderRead]}`` for ``senders``, hooks in computation order. A head is read at
+    its attention's ``hook_z`` and projected by its own ``W_O`` slice: the output its
+    ``hook_result`` slice holds, without TransformerLens forming every head's result in the
+    residual stream (``use_attn_result``), which makes a pass several times slower
+    (:func:`heads_summed`)."""
+    reads: dict[str, list[SenderRead]] = {}
+    for i, node in enumerate(senders):
+        if node.kind == "head":
+            hook = f"blocks.{node.layer}.attn.hook_z"
+            W_O = model.blocks[node.layer].attn.W_O[node.head].detach()
+            reads.setdefault(hook, []).append(SenderRead(i, node.head, W_O))
+        else:
+            reads.setdefault(node.hook, []).append(SenderRead(i))
+    return reads
+
+
+@contextmanager
+def heads_summed(model: HookedTransformer) -> Iterator[None]:
+    """``model`` without ``use_attn_result`` for the passes inside (the flag restored after):
+    edge patching and node collection read the heads at ``hook_z`` (:func:`sender_reads`)."""
+    kept = model.cfg.use_attn_result
+    model.set_use_attn_result(False)
+    try:
+        yield
+    finally:
+        model.set_use_attn_result(kept)

@@ -27,10 +27,13 @@ from circuitlasso.data.graph import (
     DEFAULT_PASS_GIB,
     INPUT_HOOK,
     NodeLocation,
+    SenderRead,
     can_feed,
     graph_nodes,
+    heads_summed,
     prompts_per_batch,
     require_hook_flags,
+    sender_reads,
 )
 from circuitlasso.timing import Stopwatch
 
@@ -129,25 +132,26 @@ class AttributionResult:
     attribute_seconds: float
 
 
-def sender_outputs(cache: dict[str, torch.Tensor], senders: list[NodeLocation]) -> torch.Tensor:
-    """Stacked sender activations: (B, P, n_senders, d_model)."""
-    outs = []
-    for node in senders:
-        act = cache[node.hook]
-        outs.append(act[:, :, node.head] if node.head is not None else act)
-    return torch.stack(outs, dim=2)
+def sender_outputs(
+    reads: dict[str, list[SenderRead]], cache: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Every sender's output, sender-major: ``(S, B, P, d_model)``, from a ``cache`` holding
+    the hooks of ``reads`` (:func:`sender_reads`)."""
+    outputs = [(read.index, read(cache[hook])) for hook, found in reads.items() for read in found]
+    return torch.stack([output for _, output in sorted(outputs, key=lambda pair: pair[0])])
 
 
 def forward_cache(
     model: HookedTransformer, tokens: torch.Tensor, hooks: list[str]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Logits (B, P, V) and the activations at ``hooks``, without gradients."""
+    """Logits (B, P, V) and the activations at ``hooks``, without gradients (and without
+    ``use_attn_result``: :func:`heads_summed`)."""
     cache: dict[str, torch.Tensor] = {}
 
     def save(act: torch.Tensor, hook) -> None:
         cache[hook.name] = act.detach()
 
-    with torch.no_grad():
+    with torch.no_grad(), heads_summed(model):
         logits = model.run_with_hooks(tokens, fwd_hooks=[(h, save) for h in hooks])
     return logits, cache
 
@@ -175,7 +179,7 @@ def _receiver_gradients(
 
     hooks: list = [(INPUT_HOOK, replace)]
     hooks += [(h, keep) for h in sorted({s.hook for s in slots})]
-    with torch.enable_grad():
+    with torch.enable_grad(), heads_summed(model):
         total = metric(model.run_with_hooks(tokens, fwd_hooks=hooks), *references).sum()
         names = list(inputs)
         found = torch.autograd.grad(total, [inputs[n] for n in names], allow_unused=True)
@@ -213,7 +217,7 @@ def edge_attribution_patching(
     nodes = graph_nodes(model)
     senders = [n for n in nodes if n.kind != "output"]
     slots = receiver_slots(model, nodes)
-    sender_hooks = sorted({n.hook for n in senders})
+    reads = sender_reads(model, senders)
     device = model.cfg.device
     mask = torch.ones(clean.shape[1], dtype=torch.bool) if position_mask is None else position_mask
     weights = mask.to(torch.float32).expand(clean.shape).contiguous()
@@ -238,10 +242,10 @@ def edge_attribution_patching(
         batch_weights = weights[start:stop].to(device)
 
         with clock.timed("collect", add=True):
-            clean_logits, clean_cache = forward_cache(model, batch_clean, sender_hooks)
-            corrupted_logits, corrupted_cache = forward_cache(model, batch_corrupted, sender_hooks)
-            clean_outputs = sender_outputs(clean_cache, senders)
-            delta = clean_outputs - sender_outputs(corrupted_cache, senders)
+            clean_logits, clean_cache = forward_cache(model, batch_clean, sorted(reads))
+            corrupted_logits, corrupted_cache = forward_cache(model, batch_corrupted, sorted(reads))
+            delta = sender_outputs(reads, clean_cache) - sender_outputs(reads, corrupted_cache)
+            delta = delta.permute(1, 2, 0, 3)  # (B, P, S, D)
 
         with clock.timed("attribute", add=True):
             embed_clean, embed_corrupted = clean_cache[INPUT_HOOK], corrupted_cache[INPUT_HOOK]

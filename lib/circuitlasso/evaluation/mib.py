@@ -38,8 +38,7 @@ refuses a grouped model.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,13 +53,16 @@ from circuitlasso.data.graph import (
     NodeLocation,
     can_feed,
     graph_nodes,
+    heads_summed,
     prompts_per_batch,
+    sender_reads,
 )
 from circuitlasso.evaluation.eap import (
     ReceiverSlot,
     check_patching_inputs,
     forward_cache,
     receiver_slots,
+    sender_outputs,
 )
 
 SlotEdge = tuple[str, str]  # (sender node, receiver slot): ("a0.h1", "a2.h0.q"), ("m0", "output")
@@ -185,60 +187,13 @@ class _EdgeGraph:
         inside[rows, columns] = True
         return inside
 
-    def sender_hooks(self, model: HookedTransformer) -> dict[str, list[tuple[int, _Sender]]]:
-        """``{hook: [(sender index, how to read it)]}``, hooks in computation order. A head is
-        read at its attention's ``hook_z`` and projected by its own ``W_O`` slice here: the same
-        output as ``hook_result``, without TransformerLens forming every head's result in the
-        residual stream (``use_attn_result``), which makes a pass several times slower."""
-        hooks: dict[str, list[tuple[int, _Sender]]] = {}
-        for i, node in enumerate(self.senders):
-            if node.kind == "head":
-                hook = f"blocks.{node.layer}.attn.hook_z"
-                read = _Sender(node.head, model.blocks[node.layer].attn.W_O[node.head].detach())
-            else:
-                hook, read = node.hook, _Sender(None, None)
-            hooks.setdefault(hook, []).append((i, read))
-        return hooks
-
     def counterfactual_outputs(
         self, model: HookedTransformer, counterfactual: torch.Tensor
     ) -> torch.Tensor:
         """Every sender's output on ``counterfactual``, sender-major: ``(S, B, P, d_model)``."""
-        hooks = self.sender_hooks(model)
-        with _heads_summed(model):
-            _, cache = forward_cache(model, counterfactual, sorted(hooks))
-        outputs = torch.empty(len(self.senders), *counterfactual.shape, model.cfg.d_model,
-                              dtype=model.cfg.dtype, device=counterfactual.device)  # fmt: skip
-        for hook, reads in hooks.items():
-            for i, read in reads:
-                outputs[i] = read(cache[hook])
-        return outputs
-
-
-@dataclass(frozen=True)
-class _Sender:
-    """How a sender's output is read from its hook's activation: whole (``head`` None), or a
-    head's ``z: (B, P, H, d_head)`` slice through its ``W_O: (d_head, d_model)``."""
-
-    head: int | None
-    W_O: torch.Tensor | None
-
-    def __call__(self, act: torch.Tensor) -> torch.Tensor:
-        if self.head is None or self.W_O is None:
-            return act
-        return act[:, :, self.head] @ self.W_O
-
-
-@contextmanager
-def _heads_summed(model: HookedTransformer) -> Iterator[None]:
-    """``model`` without ``use_attn_result`` for the passes inside (restored after): patching
-    reads the heads at ``hook_z`` (:meth:`_EdgeGraph.sender_hooks`)."""
-    kept = model.cfg.use_attn_result
-    model.set_use_attn_result(False)
-    try:
-        yield
-    finally:
-        model.set_use_attn_result(kept)
+        reads = sender_reads(model, self.senders)
+        _, cache = forward_cache(model, counterfactual, sorted(reads))
+        return sender_outputs(reads, cache)
 
 
 def _patched_logits(
@@ -257,7 +212,7 @@ def _patched_logits(
     sum over the receiver's circuit edges: each receiver sums whichever of its two sets is
     smaller, and a small circuit costs little more than a forward pass."""
     patched = graph.real & ~inside
-    sender_hooks = graph.sender_hooks(model)
+    reads = sender_reads(model, graph.senders)
     receiver_hooks: dict[str, list[tuple[int | None, torch.Tensor, int, torch.Tensor]]] = {}
     for j, slot in enumerate(graph.slots):
         if patched[:, j].any():
@@ -272,7 +227,7 @@ def _patched_logits(
                 (slot.head, keep if n >= 0 else change, n, change)
             )
     if not receiver_hooks:  # the full circuit: the clean run itself
-        with torch.no_grad(), _heads_summed(model):
+        with torch.no_grad(), heads_summed(model):
             return model(clean.to(model.cfg.device))
 
     difference = torch.zeros_like(counter_outputs)  # counterfactual - this pass, per sender
@@ -280,10 +235,10 @@ def _patched_logits(
     recorded = [0]  # how many senders (a prefix, in computation order) are in running
 
     def record(act: torch.Tensor, hook) -> None:
-        for i, read in sender_hooks[hook.name]:
-            difference[i] = counter_outputs[i] - read(act)
-            running.add_(difference[i])
-            recorded[0] = i + 1
+        for read in reads[hook.name]:
+            difference[read.index] = counter_outputs[read.index] - read(act)
+            running.add_(difference[read.index])
+            recorded[0] = read.index + 1
 
     def patch(act: torch.Tensor, hook) -> torch.Tensor:
         out = act.clone()
@@ -298,9 +253,9 @@ def _patched_logits(
                 out[:, :, head] += update
         return out
 
-    hooks: list = [(h, record) for h in sender_hooks]
+    hooks: list = [(h, record) for h in reads]
     hooks += [(h, patch) for h in receiver_hooks]
-    with torch.no_grad(), _heads_summed(model):
+    with torch.no_grad(), heads_summed(model):
         return model.run_with_hooks(clean.to(model.cfg.device), fwd_hooks=hooks)
 
 
