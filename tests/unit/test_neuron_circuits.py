@@ -13,6 +13,7 @@ from circuitlasso.circuits.components import (
     principal_axes,
     standardize,
     whiten,
+    whiten_stack,
 )
 from circuitlasso.collect import NodeActivations, collect_nodes
 from circuitlasso.data.interpbench import (
@@ -147,6 +148,17 @@ def test_whiten_gives_uncorrelated_unit_columns_spanning_the_block():
     centered = block - block.mean(0)
     residual = centered - white @ torch.linalg.lstsq(white, centered).solution
     assert residual.abs().max() < 1e-8
+
+
+def test_whitening_a_stack_whitens_each_block_alone():
+    g = torch.Generator().manual_seed(4)
+    full = torch.randn(3, 12, 5, generator=g, dtype=torch.float64)
+    full[1, :, 3:] = full[1, :, :2] @ torch.randn(2, 2, generator=g, dtype=torch.float64)
+    full[2] = 1.0  # constant: whitens to nothing
+    whites = whiten_stack(full)
+    assert [w.shape[1] for w in whites] == [5, 3, 0]
+    for block, white in zip(full, whites, strict=True):
+        torch.testing.assert_close(white, whiten(block), rtol=0, atol=1e-12)
 
 
 def test_nonlinear_scores_find_a_nonlinear_parent_and_are_seeded():

@@ -131,15 +131,31 @@ def read_maps(model: HookedTransformer) -> dict[str, torch.Tensor]:
     return {name: m.detach().double().cpu() for name, m in maps.items()}
 
 
-def _principal_components(x: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left singular vectors (M, rank) and singular values (rank,) of the centered ``x: (M, p)``,
-    those below ``rtol`` times the largest dropped."""
-    centered = x.double() - x.double().mean(0)
-    if centered.shape[1] == 0:
-        return centered, centered.new_zeros(0)
+def _stacked_principal_components(
+    x: torch.Tensor, rtol: float
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """For each ``x[i]`` of ``x: (n, M, p)``: the left singular vectors (M, rank) and singular
+    values (rank,) of the centered ``x[i]``, those below ``rtol`` times its largest dropped (one
+    batched SVD)."""
+    centered = x.double() - x.double().mean(1, keepdim=True)
+    if centered.shape[2] == 0:
+        return [(c, c.new_zeros(0)) for c in centered]
     u, sing, _ = torch.linalg.svd(centered, full_matrices=False)
-    rank = int((sing > rtol * max(float(sing[0]), 1e-300)).sum()) if sing.numel() else 0
-    return u[:, :rank], sing[:rank]
+    out = []
+    for ui, si in zip(u, sing, strict=True):
+        rank = int((si > rtol * max(float(si[0]), 1e-300)).sum()) if si.numel() else 0
+        out.append((ui[:, :rank], si[:rank]))
+    return out
+
+
+def _principal_components(x: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_stacked_principal_components` of one ``x: (M, p)``."""
+    return _stacked_principal_components(x[None], rtol)[0]
+
+
+def whiten_stack(x: torch.Tensor, rtol: float = 1e-6) -> list[torch.Tensor]:
+    """:func:`whiten` of each ``x[i]`` of ``x: (n, M, p)`` (one batched SVD)."""
+    return [u * x.shape[1] ** 0.5 for u, _ in _stacked_principal_components(x, rtol)]
 
 
 def whiten(x: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
@@ -148,8 +164,7 @@ def whiten(x: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
     Components with a singular value below ``rtol`` times the largest are dropped, so a block
     that the read projection makes rank-deficient becomes a few uncorrelated columns.
     """
-    u, _ = _principal_components(x, rtol)
-    return u * len(x) ** 0.5
+    return whiten_stack(x[None], rtol)[0]
 
 
 def principal_axes(y: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
@@ -176,10 +191,13 @@ def _child_design(
     on its principal axes (:func:`principal_axes`, q' <= min(M - 1, q)).
     """
     child = standardize(acts.block(acts.names[j]))
-    blocks = []
-    for i in acts.parents[j]:
-        block = acts.block(acts.names[i]).double()
-        blocks.append(standardize(block) if reads is None else whiten(_read(acts, j, block, reads)))
+    parents = [acts.block(acts.names[i]).double() for i in acts.parents[j]]
+    if reads is None:
+        blocks = [standardize(block) for block in parents]
+    elif len({block.shape for block in parents}) == 1:  # every parent writes d_model columns
+        blocks = whiten_stack(_read(acts, j, torch.stack(parents), reads))
+    else:
+        blocks = [whiten(_read(acts, j, block, reads)) for block in parents]
     target = child if reads is None else principal_axes(child)
     return torch.cat(blocks, 1), [b.shape[1] for b in blocks], target, live_width(child)
 
@@ -187,11 +205,11 @@ def _child_design(
 def _read(
     acts: NodeActivations, j: int, block: torch.Tensor, reads: dict[str, torch.Tensor]
 ) -> torch.Tensor:
-    """A parent's ``block: (M, d_model)`` as child ``j`` reads it: through its read matrix,
-    (M, r); a logit-difference output (``acts.output_reads``) reads one direction per prompt,
-    (M, 1)."""
+    """A parent's ``block: (M, d_model)`` (or a stack of them, ``(n, M, d_model)``) as child
+    ``j`` reads it: through its read matrix, (M, r); a logit-difference output
+    (``acts.output_reads``) reads one direction per prompt, (M, 1)."""
     if acts.names[j] == OUTPUT and acts.output_reads is not None:
-        return (block * acts.output_reads.double()).sum(1, keepdim=True)
+        return (block * acts.output_reads.double()).sum(-1, keepdim=True)
     return block @ reads[acts.names[j]]
 
 
