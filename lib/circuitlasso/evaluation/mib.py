@@ -213,19 +213,14 @@ def _patched_logits(
     smaller, and a small circuit costs little more than a forward pass."""
     patched = graph.real & ~inside
     reads = sender_reads(model, graph.senders)
-    receiver_hooks: dict[str, list[tuple[int | None, torch.Tensor, int, torch.Tensor]]] = {}
+    receiver_hooks: dict[str, list[tuple[int | None, torch.Tensor, torch.Tensor, int]]] = {}
     for j, slot in enumerate(graph.slots):
         if patched[:, j].any():
             feeding = torch.nonzero(graph.real[:, j]).flatten()
-            n = len(feeding)
-            prefix = bool(n) and int(feeding[-1]) == n - 1  # senders 0 .. n - 1 feed it
+            prefix = len(feeding) if int(feeding[-1]) == len(feeding) - 1 else -1  # 0 .. n - 1
             keep = torch.nonzero(inside[:, j]).flatten()
             change = torch.nonzero(patched[:, j]).flatten()
-            if not (prefix and len(keep) < len(change)):
-                n = -1  # sum its patched senders
-            receiver_hooks.setdefault(slot.hook, []).append(
-                (slot.head, keep if n >= 0 else change, n, change)
-            )
+            receiver_hooks.setdefault(slot.hook, []).append((slot.head, keep, change, prefix))
     if not receiver_hooks:  # the full circuit: the clean run itself
         with torch.no_grad(), heads_summed(model):
             return model(clean.to(model.cfg.device))
@@ -242,9 +237,9 @@ def _patched_logits(
 
     def patch(act: torch.Tensor, hook) -> torch.Tensor:
         out = act.clone()
-        for head, rows, n, change in receiver_hooks[hook.name]:
-            if n == recorded[0]:
-                update = running - difference[rows].sum(0)
+        for head, keep, change, prefix in receiver_hooks[hook.name]:
+            if prefix == recorded[0] and len(keep) < len(change):
+                update = running - difference[keep].sum(0)
             else:
                 update = difference[change].sum(0)
             if head is None:
