@@ -15,8 +15,8 @@ A problem that meets its tolerance ends, where the gap stays within it, at the l
 solution on its equicorrelation set (`_spread`): copies of a column share its weight.
 
 Compiled with numba (cached on disk after the first call). Everything runs in float64, and each
-problem's result depends on its own data only, not on the batch it was solved in. On a GPU the
-working sets keep batched FISTA.
+problem's result depends on its own data only, not on the batch it was solved in nor on the
+threads that share the batch (`solve.threads`). On a GPU the working sets keep batched FISTA.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing_extensions import Unpack
 
 from circuitlasso.solve.fista import RIDGE_EXPONENT, TINY, Subproblems
 from circuitlasso.solve.options import INNER, InnerOptions, settle
+from circuitlasso.solve.threads import over_threads
 
 ANDERSON = 5
 """Epochs whose iterates one Anderson extrapolation combines."""
@@ -54,7 +55,9 @@ def coordinate_descent(
     epochs = np.zeros(B, dtype=np.int64)
     converged = np.zeros(B, dtype=np.bool_)
     if B and b.shape[1]:
-        _solve_batch(
+        over_threads(
+            _solve_batch,
+            B,
             _array(problems.Q),
             _array(problems.q),
             _array(problems.yty),
@@ -81,9 +84,11 @@ def _array(t: Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float64).contiguous().numpy()
 
 
-@numba.njit(cache=True)
-def _solve_batch(Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every, epochs, converged):  # type: ignore[no-untyped-def]
-    for i in range(Q.shape[0]):
+@numba.njit(cache=True, nogil=True)
+def _solve_batch(  # type: ignore[no-untyped-def]
+    Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every, epochs, converged, lo, hi
+):
+    for i in range(lo, hi):
         epochs[i], converged[i] = _solve(
             Q[i], q[i], yty[i], w[i], b[i], tol[i], stop_gap, max_epochs, check_every
         )

@@ -13,9 +13,10 @@ working-set size K (`gram_bytes`), so that the engine can size batches by a memo
 (`circuitlasso.solve.memory`). Three implementations trade memory for speed:
   - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
   - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks gathered from a dense Gram of
-    the scaled columns when it fits its share of the budget, else (the cheaper form in memory)
-    computed by one block-diagonal sparse product per batch of outputs; a gradient is X~^T R over
-    the batch's residuals R, a sparse product when R is mostly zeros.
+    the scaled columns when it fits its share of the budget and enough outputs share it, else
+    (the cheaper form in memory) computed from the working set's columns alone; a gradient is
+    X~^T r of each output's residual r. On the CPU both are compiled loops over the nonzeros
+    they touch (`solve.sparse_kernels`); elsewhere sparse and dense products over the batch.
   - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
 Every problem holds its data and computes its products in float64 (the data as read in the
 solve's dtype, scaled in float64), so that the certificate is the duality gap of that data: near
@@ -30,6 +31,7 @@ import numba
 import torch
 from torch import Tensor
 
+from circuitlasso.solve import sparse_kernels
 from circuitlasso.solve._sparse import (
     block_products,
     csr_from_dense,
@@ -46,18 +48,17 @@ from circuitlasso.solve._sparse import (
 
 SMALL_GRAM_ENTRIES = 2**24
 """A dense Gram of sparse columns this small (128 MiB in float64) is built for any number of
-outputs; a larger one only for at least GRAM_MIN_OUTPUTS outputs (building it costs about what
-the block-diagonal products of that many outputs cost)."""
+outputs. A larger one on the CPU only for at least p / GRAM_OUTPUT_SHARE outputs: its p^2
+entries cost more to build than the compiled Gram blocks (`sparse_kernels`) of fewer outputs
+(at 10k to 48k features and 16 to 400 active per row: 0.5 to 8 s against a few ms per output);
+off the CPU for at least GRAM_MIN_OUTPUTS outputs, against block-diagonal sparse products."""
+GRAM_OUTPUT_SHARE = 4
 GRAM_MIN_OUTPUTS = 64
 SPARSE_RESIDUALS = 0.03
-"""Residuals of a batch with fewer nonzeros than this share go through a sparse product (about
-where it becomes cheaper than the dense one on the CPU, measured at 200 active per row)."""
+"""Off the CPU, residuals of a batch with fewer nonzeros than this share go through a sparse
+product. (On the CPU `sparse_kernels` picks rows or columns output by output.)"""
 BLOCK_OUTPUTS = 256
 """Outputs per block-diagonal sparse product (larger ones sort more entries at once)."""
-PRODUCT_OUTPUTS = 8
-"""Residuals per CSR-times-dense product X_s^T u: each nonzero of X_s reads a row of u^T, which
-stays in the cache for a few outputs only (8 at a time: 1.7 to 7 times faster per output than
-all of a batch of 512 at once, at 64 and at 300 nonzeros per row, on the CPU)."""
 F64 = 8
 
 
@@ -222,7 +223,9 @@ class SparseProblem:
     ) -> None:
         self.Xs = x_scaled.to(torch.float64)
         self.Xst = csr_transpose(self.Xs)
-        self.Xst_product = with_int32_indices(self.Xst)  # the gradient's CSR times dense
+        self.on_cpu = x_scaled.device.type == "cpu"
+        # off the CPU, the gradient's CSR times dense product
+        self.Xst_product = None if self.on_cpu else with_int32_indices(self.Xst)
         self.n_obs, self.n_features = x_scaled.shape
         self.n_outputs = y_t.shape[0]
         self.G = self._dense_gram(gram_bytes)
@@ -237,7 +240,8 @@ class SparseProblem:
 
     def _dense_gram(self, gram_bytes: int) -> Tensor | None:
         p = self.n_features
-        if p * p > SMALL_GRAM_ENTRIES and self.n_outputs < GRAM_MIN_OUTPUTS:
+        few = p / GRAM_OUTPUT_SHARE if self.on_cpu else GRAM_MIN_OUTPUTS
+        if p * p > SMALL_GRAM_ENTRIES and self.n_outputs < few:
             return None
         for dtype in (torch.float64, torch.float32):
             if p * p * dtype.itemsize <= gram_bytes:
@@ -246,13 +250,16 @@ class SparseProblem:
 
     def gram(self, W: Tensor) -> Tensor:
         B, K = W.shape
-        gram = torch.empty(B, K, K, dtype=torch.float64, device=W.device)
-        for start in range(0, B, BLOCK_OUTPUTS):
-            part = slice(start, start + BLOCK_OUTPUTS)
-            if self.G is None:
-                gram[part] = block_products(self.Xst, W[part])
-            else:
-                gram[part] = gram_blocks(self.G, W[part])
+        if self.G is None and self.on_cpu:
+            gram = sparse_kernels.gram_blocks(self.Xst, W, self.n_obs)
+        else:
+            gram = torch.empty(B, K, K, dtype=torch.float64, device=W.device)
+            for start in range(0, B, BLOCK_OUTPUTS):
+                part = slice(start, start + BLOCK_OUTPUTS)
+                if self.G is None:
+                    gram[part] = block_products(self.Xst, W[part])
+                else:
+                    gram[part] = gram_blocks(self.G, W[part])
         if self.mu is not None:
             m = self.mu[W]
             gram -= self.n_obs * m.unsqueeze(2) * m.unsqueeze(1)
@@ -265,11 +272,15 @@ class SparseProblem:
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         M = self.n_obs
         y = self._target_rows(cols).to_dense()
-        u = y - sparse_product(csr_from_padded(W, b.double(), self.n_features), self.Xst)
-        if int(torch.count_nonzero(u)) < SPARSE_RESIDUALS * u.numel():
-            g = sparse_product(csr_from_dense(u), self.Xs)  # cost ~ nonzeros of u, not M
+        if self.on_cpu:
+            u, g = sparse_kernels.residual_gradients(self.Xs, self.Xst, W, b, y)
         else:
-            g = _csr_times_rows(self.Xst_product, u)
+            u = y - sparse_product(csr_from_padded(W, b.double(), self.n_features), self.Xst)
+            if int(torch.count_nonzero(u)) < SPARSE_RESIDUALS * u.numel():
+                g = sparse_product(csr_from_dense(u), self.Xs)  # cost ~ nonzeros of u, not M
+            else:
+                assert self.Xst_product is not None  # built off the CPU
+                g = (self.Xst_product @ u.t()).t()
         if self.mu is None or self.ybar is None:
             return g, (u**2).sum(1), (y * u).sum(1)
         ubar = u.mean(1)  # X~ = X_s - 1 mu^T: X~^T u = X_s^T u - (M ubar) mu
@@ -285,17 +296,6 @@ class SparseProblem:
         gathered = K * K * (self.G.element_size() if self.G is not None else 0)
         products = 0 if self.G is not None else 6 * F64 * K * K  # block-diagonal products
         return F64 * K * K + gathered + products
-
-
-def _csr_times_rows(a: Tensor, u: Tensor) -> Tensor:
-    """(a @ u^T)^T (B, p) for CSR a (p, M) and dense rows u (B, M), PRODUCT_OUTPUTS rows at a
-    time (CSR times dense: several times faster than u @ X_s)."""
-    if u.shape[0] <= PRODUCT_OUTPUTS or u.device.type != "cpu":
-        return (a @ u.t()).t()
-    parts = [
-        (a @ u[s : s + PRODUCT_OUTPUTS].t()).t() for s in range(0, u.shape[0], PRODUCT_OUTPUTS)
-    ]
-    return torch.cat(parts)
 
 
 def _centered_sq_sums(y_t: Tensor, center: Tensor | None) -> Tensor:

@@ -1,0 +1,173 @@
+"""Compiled products of sparse predictors on the CPU: the Gram blocks and the residual gradients
+of `problems.SparseProblem`, output by output, at a cost set by the nonzeros they touch.
+
+X (M, p) is held twice: by rows (CSR) and by columns (the CSR of X^T). For output j with
+working set W_j and coefficients b_j:
+  - `gram_blocks`: X_W^T X_W (K, K) from the columns of W alone, row by row (sum over the rows
+    of (entries in W)^2 / 2, no dense p x p Gram);
+  - `residual_gradients`: u = y - X_W b (M,) from the columns of W, then X^T u (p,), by
+    scattering the rows where u is nonzero when they hold fewer entries than X (a residual
+    on a few rows costs those rows), else by gathering each column against u.
+Every sum runs in float64, in an order fixed by the data (rows ascending within a column),
+so an output's result does not depend on its batch or on the threads (`solve.threads`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from torch import Tensor
+
+from circuitlasso.solve.threads import over_threads
+
+SCATTER_SHARE = 0.7
+"""X^T u scatters the rows where u is nonzero when they hold fewer than this share of X's
+entries; else it gathers every column (sequential reads of X against random reads of u)."""
+GATHER_OUTPUTS = 8
+"""Residuals gathered together: each entry of X read once serves that many outputs (the index
+and value read cost more than one multiply-add)."""
+
+
+def _parts(csr: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (
+        csr.crow_indices().numpy(),
+        csr.col_indices().numpy(),
+        csr.values().to(torch.float64).numpy(),
+    )
+
+
+def gram_blocks(columns: Tensor, W: Tensor, n_obs: int) -> Tensor:
+    """Gram blocks (B, K, K) float64 of index sets W (B, K) from `columns`, the CSR (p, M) of
+    X^T (rows sorted within each column)."""
+    B, K = W.shape
+    out = np.zeros((B, K, K))
+    over_threads(_gram_blocks, B, *_parts(columns), W.contiguous().numpy(), n_obs, out)
+    return torch.from_numpy(out)
+
+
+def residual_gradients(
+    rows: Tensor, columns: Tensor, W: Tensor, b: Tensor, y: Tensor
+) -> tuple[Tensor, Tensor]:
+    """u = y - X_W b (B, M) and X^T u (B, p), float64, for coefficients b (B, K) on W (B, K)
+    (padding carries b = 0) and dense targets y (B, M); `rows`: X (M, p) as CSR, `columns`:
+    X^T as CSR."""
+    B, M = y.shape
+    u = y.to(torch.float64).contiguous().clone().numpy()
+    g = np.zeros((B, columns.shape[0]))
+    over_threads(
+        _residual_gradients,
+        B,
+        *_parts(rows),
+        *_parts(columns),
+        W.contiguous().numpy(),
+        b.to(torch.float64).contiguous().numpy(),
+        u,
+        g,
+        grain=GATHER_OUTPUTS,
+    )
+    return torch.from_numpy(u), torch.from_numpy(g)
+
+
+@numba.njit(cache=True, nogil=True)
+def _gram_blocks(indptr, indices, data, W, n_obs, out, lo, hi):  # type: ignore[no-untyped-def]
+    """out[j] = X_W^T X_W for j in [lo, hi): the entries of W's columns sorted by row (a
+    counting sort over the rows they touch, slots ascending within a row), then each row's
+    products added to the upper triangle, which is mirrored at the end."""
+    K = W.shape[1]
+    start = np.zeros(n_obs, dtype=np.int64)
+    for j in range(lo, hi):
+        total = 0
+        for i in range(K):
+            total += indptr[W[j, i] + 1] - indptr[W[j, i]]
+        touched = np.empty(total, dtype=np.int64)
+        n_touched = 0
+        for i in range(K):
+            for t in range(indptr[W[j, i]], indptr[W[j, i] + 1]):
+                m = indices[t]
+                if start[m] == 0:
+                    touched[n_touched] = m
+                    n_touched += 1
+                start[m] += 1
+        offset = 0
+        for r in range(n_touched):
+            m = touched[r]
+            count = start[m]
+            start[m] = offset + 1  # where row m's next entry goes, plus one (0 means untouched)
+            offset += count
+        slot = np.empty(total, dtype=np.int64)
+        value = np.empty(total)
+        for i in range(K):
+            for t in range(indptr[W[j, i]], indptr[W[j, i] + 1]):
+                m = indices[t]
+                at = start[m] - 1
+                slot[at] = i
+                value[at] = data[t]
+                start[m] += 1
+        block = out[j]
+        first = 0
+        for r in range(n_touched):
+            end = start[touched[r]] - 1  # one past row r's last entry
+            for a in range(first, end):
+                sa = slot[a]
+                va = value[a]
+                row = block[sa]
+                for c in range(a, end):
+                    row[slot[c]] += va * value[c]
+            start[touched[r]] = 0
+            first = end
+        for a in range(K):
+            for c in range(a + 1, K):
+                block[c, a] = block[a, c]
+
+
+@numba.njit(cache=True, nogil=True)
+def _residual_gradients(  # type: ignore[no-untyped-def]
+    r_indptr, r_indices, r_data, c_indptr, c_indices, c_data, W, b, u, g, lo, hi
+):
+    """u[j] -= X_W b[j], then g[j] = X^T u[j], for j in [lo, hi). Residuals on few rows scatter
+    those rows; the others gather each column, GATHER_OUTPUTS residuals at a time (one read of
+    X for all of them), each sum in the same order whatever the group."""
+    M = u.shape[1]
+    p = g.shape[1]
+    nnz = r_indptr[M]
+    gather = np.empty(hi - lo, dtype=np.int64)
+    n_gather = 0
+    for j in range(lo, hi):
+        uj = u[j]
+        gj = g[j]
+        for i in range(W.shape[1]):
+            coefficient = b[j, i]
+            if coefficient != 0.0:
+                feature = W[j, i]
+                for t in range(c_indptr[feature], c_indptr[feature + 1]):
+                    uj[c_indices[t]] -= c_data[t] * coefficient
+        touched = 0
+        for m in range(M):
+            if uj[m] != 0.0:
+                touched += r_indptr[m + 1] - r_indptr[m]
+        if touched >= SCATTER_SHARE * nnz:
+            gather[n_gather] = j
+            n_gather += 1
+            continue
+        for m in range(M):
+            um = uj[m]
+            if um != 0.0:
+                for t in range(r_indptr[m], r_indptr[m + 1]):
+                    gj[r_indices[t]] += r_data[t] * um
+    group = np.empty((M, GATHER_OUTPUTS))
+    acc = np.empty(GATHER_OUTPUTS)
+    for first in range(0, n_gather, GATHER_OUTPUTS):
+        n = min(GATHER_OUTPUTS, n_gather - first)
+        for c in range(n):
+            for m in range(M):
+                group[m, c] = u[gather[first + c], m]
+        for k in range(p):
+            acc[:n] = 0.0
+            for t in range(c_indptr[k], c_indptr[k + 1]):
+                x = c_data[t]
+                row = group[c_indices[t]]
+                for c in range(n):
+                    acc[c] += x * row[c]
+            for c in range(n):
+                g[gather[first + c], k] = acc[c]

@@ -1,0 +1,103 @@
+"""The compiled loops of the solver on the CPU (sparse products, scores) against dense algebra and
+torch, in both of the gradient's forms, and the same to the bit on one thread and on two."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from circuitlasso.solve._sparse import csr_from_scipy, csr_transpose
+from circuitlasso.solve.screen import score
+from circuitlasso.solve.sparse_kernels import gram_blocks, residual_gradients
+
+M, P, B, K = 120, 70, 9, 12
+
+
+def _design(seed: int = 0) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    X = sp.random(M, P, density=0.08, random_state=seed, format="csr", dtype=np.float64)
+    rows = csr_from_scipy(X, torch.float64, torch.device("cpu"))
+    return X.toarray(), rows, csr_transpose(rows)
+
+
+def _sets(seed: int = 1) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(np.stack([np.sort(rng.choice(P, K, replace=False)) for _ in range(B)]))
+
+
+@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_gram_blocks_are_the_dense_products_of_the_sets_columns(threads):
+    dense, _, columns = _design()
+    W = _sets()
+    blocks = gram_blocks(columns, W, M).numpy()
+    for j in range(B):
+        x = dense[:, W[j].numpy()]
+        np.testing.assert_allclose(blocks[j], x.T @ x, rtol=1e-13, atol=1e-15)
+
+
+def _coefficients(W: torch.Tensor, seed: int = 2) -> torch.Tensor:
+    b = torch.from_numpy(np.random.default_rng(seed).standard_normal(W.shape))
+    b[:, ::3] = 0.0  # padding and inactive slots carry b = 0
+    return b
+
+
+@pytest.mark.parametrize("targets", ["a few rows", "every row"])
+def test_residual_gradients_match_dense_algebra(threads, targets):
+    """A target on a few rows with few coefficients scatters the residual's rows; a dense target
+    gathers every column: both are u = y - X_W b and X^T u."""
+    dense, rows, columns = _design()
+    W = _sets()
+    rng = np.random.default_rng(3)
+    y = np.zeros((B, M))
+    if targets == "a few rows":
+        y[:, rng.choice(M, 4, replace=False)] = 1.0
+        b = torch.zeros(W.shape, dtype=torch.float64)
+        b[:, 0] = 0.5
+    else:
+        y[:] = rng.standard_normal((B, M))
+        b = _coefficients(W)
+    u, g = residual_gradients(rows, columns, W, b, torch.from_numpy(y))
+    for j in range(B):
+        expected = y[j] - dense[:, W[j].numpy()] @ b[j].numpy()
+        np.testing.assert_allclose(u[j].numpy(), expected, rtol=1e-13, atol=1e-14)
+        np.testing.assert_allclose(g[j].numpy(), dense.T @ expected, rtol=1e-12, atol=1e-13)
+
+
+def test_results_do_not_depend_on_the_threads():
+    _, rows, columns = _design()
+    W = _sets()
+    y = torch.from_numpy(np.random.default_rng(4).standard_normal((B, M)))
+    b = _coefficients(W)
+    before = torch.get_num_threads()
+    results = []
+    for n in (1, 2):
+        torch.set_num_threads(n)
+        results.append((gram_blocks(columns, W, M), *residual_gradients(rows, columns, W, b, y)))
+    torch.set_num_threads(before)
+    for one, two in zip(*results, strict=True):
+        assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("unit_weights", [True, False])
+def test_compiled_scores_are_the_tensor_expressions_to_the_bit(threads, unit_weights):
+    """`screen.score` on the CPU (one compiled pass) against its expressions in torch."""
+    rng = np.random.default_rng(5)
+    g = torch.from_numpy(rng.standard_normal((B, P)) * 3)
+    omega = torch.ones(P, dtype=torch.float64)
+    if not unit_weights:
+        omega = torch.from_numpy(rng.uniform(0.5, 2.0, P))
+    W = _sets()
+    valid = torch.from_numpy(rng.random(W.shape) < 0.7)
+    scale = torch.from_numpy(rng.uniform(0.2, 0.6, B))
+    found = score(g, omega, W, valid, scale)
+    expected = g.abs() * scale.unsqueeze(1) / omega
+    assert torch.equal(found.score, expected)
+    assert torch.equal(found.max_score, expected.amax(1))
+    inside = ((expected.gather(1, W) > 1) & valid).sum(1)
+    assert torch.equal(found.violators, (expected > 1).sum(1) - inside)
