@@ -24,6 +24,8 @@ from circuitlasso.solve.threads import over_threads
 SCATTER_SHARE = 0.7
 """X^T u scatters the rows where u is nonzero when they hold fewer than this share of X's
 entries; else it gathers every column (sequential reads of X against random reads of u)."""
+MIRROR_TILE = 32
+"""Side of the tiles in which a Gram block's upper triangle is copied to its lower one."""
 GATHER_OUTPUTS = 8
 """Residuals gathered together: each entry of X read once serves that many outputs (the index
 and value read cost more than one multiply-add)."""
@@ -116,9 +118,11 @@ def _gram_blocks(indptr, indices, data, W, n_obs, out, lo, hi):  # type: ignore[
                     row[slot[c]] += va * value[c]
             start[touched[r]] = 0
             first = end
-        for a in range(K):
-            for c in range(a + 1, K):
-                block[c, a] = block[a, c]
+        for a0 in range(0, K, MIRROR_TILE):  # tile by tile: the lower triangle's writes stride K
+            for c0 in range(a0, K, MIRROR_TILE):
+                for a in range(a0, min(a0 + MIRROR_TILE, K)):
+                    for c in range(max(c0, a + 1), min(c0 + MIRROR_TILE, K)):
+                        block[c, a] = block[a, c]
 
 
 @numba.njit(cache=True, nogil=True)
