@@ -12,7 +12,8 @@ problems of model components (fewer observations than predictors), it needs seve
 epochs than FISTA needs steps, and each epoch is one pass over Q in a compiled loop, where FISTA's
 steps are batched matrix-vector products whose per-call cost dominates at these sizes.
 A problem that meets its tolerance ends, where the gap stays within it, at the least-norm
-solution on its equicorrelation set (`_spread`): copies of a column share its weight.
+solution on its equicorrelation set (`_spread`): copies of a column share its weight (on sets of
+at most SPREAD_MAX features).
 
 Compiled with numba (cached on disk after the first call). Everything runs in float64, and each
 problem's result depends on its own data only, not on the batch it was solved in nor on the
@@ -37,6 +38,9 @@ ANDERSON_RIDGE = 1e-10
 """Tikhonov term of the extrapolation's small system, relative to its trace."""
 EQUICORRELATION = 1e-3
 """A feature is at the penalty's bound where |q_k - (Q b)_k| >= (1 - EQUICORRELATION) w_k."""
+SPREAD_MAX = 256
+"""Largest equicorrelation set moved to its least-norm solution: its Cholesky factor costs S^3/3
+(at S = 2000 more than the whole descent); a larger set keeps the point descent reached."""
 
 
 def coordinate_descent(
@@ -140,38 +144,60 @@ def _spread(Q, q, yty, w, b, tol):  # type: ignore[no-untyped-def]
     K = b.shape[0]
     Qb = np.empty(K)
     _product(Q, b, Qb)
-    signs = np.zeros(K)
-    for k in range(K):
-        correlation = q[k] - Qb[k]
-        if b[k] != 0.0:
-            signs[k] = np.sign(b[k])
-        elif w[k] > 0.0 and abs(correlation) >= (1 - EQUICORRELATION) * w[k]:
-            signs[k] = np.sign(correlation)
+    signs = equicorrelation_signs(q - Qb, b, w)
     where = np.nonzero(signs)[0]
     S = where.size
-    if S == 0:
+    if S == 0 or S > SPREAD_MAX:
         return
-    ridge = np.finfo(np.float64).eps ** RIDGE_EXPONENT * np.trace(Q) / K
     system = np.empty((S, S))
-    rhs = np.empty(S)
     for i in range(S):
         for j in range(S):
             system[i, j] = Q[where[i], where[j]]
-        system[i, i] += ridge
-        rhs[i] = q[where[i]] - w[where[i]] * signs[where[i]]
-    try:
-        factor = np.linalg.cholesky(system)
-    except Exception:  # not numerically positive definite: keep b
-        return
-    solution = _cholesky_solve(factor, rhs)
+    ridge = np.finfo(np.float64).eps ** RIDGE_EXPONENT * np.trace(Q) / K
     trial = np.zeros(K)
-    for i in range(S):
-        if np.sign(solution[i]) != signs[where[i]]:
-            return
-        trial[where[i]] = solution[i]
+    if not least_norm_trial(system, q[where], ridge, w, signs, trial):
+        return
     _product(Q, trial, Qb)
     if _gap(q, yty, w, trial, Qb) <= tol:
         b[:] = trial
+
+
+@numba.njit(cache=True)
+def equicorrelation_signs(correlation, b, w):  # type: ignore[no-untyped-def]
+    """(K,) signs of the equicorrelation set (0 outside it): b's on its support, the residual's
+    correlation's where it is at the penalty's bound (within EQUICORRELATION)."""
+    K = b.shape[0]
+    signs = np.zeros(K)
+    for k in range(K):
+        if b[k] != 0.0:
+            signs[k] = np.sign(b[k])
+        elif w[k] > 0.0 and abs(correlation[k]) >= (1 - EQUICORRELATION) * w[k]:
+            signs[k] = np.sign(correlation[k])
+    return signs
+
+
+@numba.njit(cache=True)
+def least_norm_trial(system, q_set, ridge, w, signs, trial):  # type: ignore[no-untyped-def]
+    """The minimizer for `signs` on the equicorrelation set into trial (K,) (zeros elsewhere):
+    system (S, S) the set's Gram block (the ridge is added to it), q_set (S,) its cross products
+    with the target. False where the system is not numerically positive definite or the
+    solution changes a sign."""
+    where = np.nonzero(signs)[0]
+    S = where.size
+    rhs = np.empty(S)
+    for i in range(S):
+        system[i, i] += ridge
+        rhs[i] = q_set[i] - w[where[i]] * signs[where[i]]
+    try:
+        factor = np.linalg.cholesky(system)
+    except Exception:  # not numerically positive definite
+        return False
+    solution = _cholesky_solve(factor, rhs)
+    for i in range(S):
+        if np.sign(solution[i]) != signs[where[i]]:
+            return False
+        trial[where[i]] = solution[i]
+    return True
 
 
 @numba.njit(cache=True)

@@ -27,10 +27,11 @@ from tqdm import tqdm
 
 from circuitlasso.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
+from circuitlasso.solve.column_descent import column_descent
 from circuitlasso.solve.coordinate import coordinate_descent
 from circuitlasso.solve.fista import Subproblems, bmv, duality_gap, fista
-from circuitlasso.solve.options import SolverOptions
-from circuitlasso.solve.problems import LassoProblem
+from circuitlasso.solve.options import InnerOptions, SolverOptions
+from circuitlasso.solve.problems import LassoProblem, SparseProblem
 from circuitlasso.solve.screen import score, select
 from circuitlasso.solve.workset import LASSO_POLICY, inner_tolerance, next_size, run_rounds
 
@@ -265,18 +266,24 @@ class _LassoRounds:
             for start in range(0, bucket.numel(), step):
                 rows = bucket[start : start + step]
                 W, b = state.W[rows, :k], state.b[rows, :k]
-                # The subproblem M F(b) in the sum scale: the Gram blocks as they come
-                Q = problem.gram(W).double()
-                q = state.g[rows, :k] + bmv(Q, b.double())  # X~_W^T y_c
+                # The subproblem M F(b) in the sum scale
                 w = M * self.lam[rows].to(self.omega_w.dtype).unsqueeze(1) * self.omega_w[W]
                 iterations = max(1, self.max_iter - int(self.n_iter[rows].min()))
                 # an absolute gap scales with F, a relative one not
                 scale = M if self.stop == "gap" else 1
-                problems = Subproblems(Q, q, problem.yty[rows], w)
                 tol = scale * self.inner_tol[rows]
-                b_new, iters, ok = inner_solver(Q.device)(
-                    problems, b, tol, stop=self.stop, max_iter=iterations
-                )
+                options: InnerOptions = {"stop": self.stop, "max_iter": iterations}
+                if isinstance(problem, SparseProblem) and problem.columns_pay(k):
+                    y = problem.target_rows(rows).to_dense()
+                    y_mean = problem.ybar[rows] if problem.ybar is not None else None
+                    b_new, iters, ok = column_descent(
+                        problem.Xst, problem.mu, y, y_mean, W, b, w, tol, **options
+                    )
+                else:  # on the Gram blocks
+                    Q = problem.gram(W).double()
+                    q = state.g[rows, :k] + bmv(Q, b.double())  # X~_W^T y_c
+                    problems = Subproblems(Q, q, problem.yty[rows], w)
+                    b_new, iters, ok = inner_solver(Q.device)(problems, b, tol, **options)
                 state.b[rows, :k] = b_new
                 self.n_iter[rows] += iters
                 self.inner_converged[rows] = ok

@@ -57,6 +57,9 @@ GRAM_MIN_OUTPUTS = 64
 SPARSE_RESIDUALS = 0.03
 """Off the CPU, residuals of a batch with fewer nonzeros than this share go through a sparse
 product. (On the CPU `sparse_kernels` picks rows or columns output by output.)"""
+COLUMN_SHARE = 0.25
+"""Working sets are solved on their columns where a column holds fewer than this share of the
+set's size in entries (see `SparseProblem.columns_pay`)."""
 BLOCK_OUTPUTS = 256
 """Outputs per block-diagonal sparse product (larger ones sort more entries at once)."""
 F64 = 8
@@ -265,13 +268,21 @@ class SparseProblem:
             gram -= self.n_obs * m.unsqueeze(2) * m.unsqueeze(1)
         return gram
 
-    def _target_rows(self, cols: Tensor) -> Tensor:
+    def target_rows(self, cols: Tensor) -> Tensor:
         """Targets of outputs `cols` (B,) as float64 rows (B, M): CSR or dense, as stored."""
         return (csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]).to(torch.float64)
 
+    def columns_pay(self, k: int) -> bool:
+        """Whether working sets of k features are solved on their columns
+        (`solve.column_descent`) rather than on Gram blocks: on the CPU, where a column holds
+        fewer than COLUMN_SHARE x k entries on average (an epoch then reads fewer numbers than a
+        Gram epoch, and no block is formed)."""
+        column = self.Xst.values().numel() / max(1, self.n_features)
+        return self.on_cpu and column < COLUMN_SHARE * k
+
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         M = self.n_obs
-        y = self._target_rows(cols).to_dense()
+        y = self.target_rows(cols).to_dense()
         if self.on_cpu:
             u, g = sparse_kernels.residual_gradients(self.Xs, self.Xst, W, b, y)
         else:

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from circuitlasso.solve.threads import over_threads
 
-SCATTER_SHARE = 0.7
+SCATTER_SHARE = 0.35
 """X^T u scatters the rows where u is nonzero when they hold fewer than this share of X's
 entries; else it gathers every column (sequential reads of X against random reads of u)."""
 MIRROR_TILE = 32
@@ -73,56 +73,68 @@ def residual_gradients(
 
 @numba.njit(cache=True, nogil=True)
 def _gram_blocks(indptr, indices, data, W, n_obs, out, lo, hi):  # type: ignore[no-untyped-def]
-    """out[j] = X_W^T X_W for j in [lo, hi): the entries of W's columns sorted by row (a
-    counting sort over the rows they touch, slots ascending within a row), then each row's
-    products added to the upper triangle, which is mirrored at the end."""
-    K = W.shape[1]
+    """out[j] = X_W^T X_W for j in [lo, hi)."""
     start = np.zeros(n_obs, dtype=np.int64)
     for j in range(lo, hi):
-        total = 0
-        for i in range(K):
-            total += indptr[W[j, i] + 1] - indptr[W[j, i]]
-        touched = np.empty(total, dtype=np.int64)
-        n_touched = 0
-        for i in range(K):
-            for t in range(indptr[W[j, i]], indptr[W[j, i] + 1]):
-                m = indices[t]
-                if start[m] == 0:
-                    touched[n_touched] = m
-                    n_touched += 1
-                start[m] += 1
-        offset = 0
-        for r in range(n_touched):
-            m = touched[r]
-            count = start[m]
-            start[m] = offset + 1  # where row m's next entry goes, plus one (0 means untouched)
-            offset += count
-        slot = np.empty(total, dtype=np.int64)
-        value = np.empty(total)
-        for i in range(K):
-            for t in range(indptr[W[j, i]], indptr[W[j, i] + 1]):
-                m = indices[t]
-                at = start[m] - 1
-                slot[at] = i
-                value[at] = data[t]
-                start[m] += 1
-        block = out[j]
-        first = 0
-        for r in range(n_touched):
-            end = start[touched[r]] - 1  # one past row r's last entry
-            for a in range(first, end):
-                sa = slot[a]
-                va = value[a]
-                row = block[sa]
-                for c in range(a, end):
-                    row[slot[c]] += va * value[c]
-            start[touched[r]] = 0
-            first = end
-        for a0 in range(0, K, MIRROR_TILE):  # tile by tile: the lower triangle's writes stride K
-            for c0 in range(a0, K, MIRROR_TILE):
-                for a in range(a0, min(a0 + MIRROR_TILE, K)):
-                    for c in range(max(c0, a + 1), min(c0 + MIRROR_TILE, K)):
-                        block[c, a] = block[a, c]
+        _fill_gram(indptr, indices, data, W[j], start, out[j])
+
+
+@numba.njit(cache=True)
+def _gram_of_set(indptr, indices, data, features, n_obs):  # type: ignore[no-untyped-def]
+    """X_F^T X_F (S, S) of one set of features F (S,)."""
+    out = np.zeros((features.size, features.size))
+    _fill_gram(indptr, indices, data, features, np.zeros(n_obs, dtype=np.int64), out)
+    return out
+
+
+@numba.njit(cache=True)
+def _fill_gram(indptr, indices, data, features, start, block):  # type: ignore[no-untyped-def]
+    """block (K, K) += X_F^T X_F for features F (K,): the entries of F's columns sorted by row
+    (a counting sort over the rows they touch, slots ascending within a row), each row's
+    products added to the upper triangle, then mirrored. start (M,): zeros, left as found."""
+    K = features.size
+    total = 0
+    for i in range(K):
+        total += indptr[features[i] + 1] - indptr[features[i]]
+    touched = np.empty(total, dtype=np.int64)
+    n_touched = 0
+    for i in range(K):
+        for t in range(indptr[features[i]], indptr[features[i] + 1]):
+            m = indices[t]
+            if start[m] == 0:
+                touched[n_touched] = m
+                n_touched += 1
+            start[m] += 1
+    offset = 0
+    for r in range(n_touched):
+        m = touched[r]
+        count = start[m]
+        start[m] = offset + 1  # where row m's next entry goes, plus one (0 means untouched)
+        offset += count
+    slot = np.empty(total, dtype=np.int64)
+    value = np.empty(total)
+    for i in range(K):
+        for t in range(indptr[features[i]], indptr[features[i] + 1]):
+            m = indices[t]
+            at = start[m] - 1
+            slot[at] = i
+            value[at] = data[t]
+            start[m] += 1
+    first = 0
+    for r in range(n_touched):
+        end = start[touched[r]] - 1  # one past row r's last entry
+        for a in range(first, end):
+            va = value[a]
+            row = block[slot[a]]
+            for c in range(a, end):
+                row[slot[c]] += va * value[c]
+        start[touched[r]] = 0
+        first = end
+    for a0 in range(0, K, MIRROR_TILE):  # tile by tile: the lower triangle's writes stride K
+        for c0 in range(a0, K, MIRROR_TILE):
+            for a in range(a0, min(a0 + MIRROR_TILE, K)):
+                for c in range(max(c0, a + 1), min(c0 + MIRROR_TILE, K)):
+                    block[c, a] = block[a, c]
 
 
 @numba.njit(cache=True, nogil=True)
