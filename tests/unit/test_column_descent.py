@@ -142,3 +142,24 @@ def test_an_unmet_tolerance_is_reported_and_threads_do_not_matter() -> None:
         max_iter=100_000,
     )
     assert torch.equal(alone[0], runs[0][2])
+
+
+@pytest.mark.parametrize("centered", [True, False], ids=["centered", "uncentered"])
+def test_a_set_whose_columns_miss_most_rows(centered: bool) -> None:
+    """Rows no column of the set touches keep r = y: their share of the sums comes in closed
+    form, and the solution is still scikit-learn's on the set's columns."""
+    rng = np.random.default_rng(4)
+    M, p = 80, 8
+    x = np.zeros((M, p))
+    x[rng.choice(M, 20, replace=False)[:, None], np.arange(p)] = rng.standard_normal((20, p))
+    y = x[:, :3] @ rng.standard_normal((3, 2)) + rng.standard_normal((M, 2)) + 2.0
+    xc = x - x.mean(0) if centered else x
+    yc = y - y.mean(0) if centered else y
+    lam = np.abs(xc.T @ yc / M).max(0) * 0.05
+    args, w, tol, xc, yc = _problem(x, y, lam, centered)
+    zeros = torch.zeros(w.shape, dtype=torch.float64)
+    b, _, ok = column_descent(*args, zeros, w, tol, max_iter=100_000)
+    assert bool(ok.all()) and (np.abs(x).sum(1) == 0).sum() >= M - 20
+    for j in range(2):
+        ref = Lasso(alpha=lam[j], fit_intercept=False, tol=1e-14, max_iter=10**6).fit(xc, yc[:, j])
+        np.testing.assert_allclose(b[j].numpy(), ref.coef_, atol=1e-7)

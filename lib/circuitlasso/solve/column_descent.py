@@ -107,10 +107,11 @@ def _solve_batch(  # type: ignore[no-untyped-def]
     lo,
     hi,
 ):
+    marked = np.zeros(y.shape[1], dtype=np.bool_)
     for j in range(lo, hi):
         curvature = _curvature(indptr, data, mu, centered, W[j], y.shape[1])
         columns = (indptr, indices, data, mu, W[j], curvature)
-        target = (y[j], y_mean[j], centered)
+        target = _target(indptr, indices, W[j], y[j], y_mean[j], centered, marked)
         epochs[j], converged[j] = _solve(
             columns, target, w[j], b[j], tol[j], stop_gap, max_epochs, check_every
         )
@@ -118,7 +119,33 @@ def _solve_batch(  # type: ignore[no-untyped-def]
 
 # One output's working set travels as `columns` = (indptr, indices, data, mu, W (K,),
 # curvature (K,)): X^T's CSR parts, the column means, the set and ||x~_k||^2 of each slot;
-# its target as `target` = (y (M,), mean of y, centered).
+# its target as `target` = (y (M,), mean of y, centered, rows (R,), untouched (3,)): the rows
+# the set's columns touch, where the residual differs from y, and of the other rows their
+# count, the sum of y and of y^2 (so that no step but the first reads all M rows).
+
+
+@numba.njit(cache=True)
+def _target(indptr, indices, W, y, y_mean, centered, marked):  # type: ignore[no-untyped-def]
+    """`target` of one output; marked (M,): all False, left so."""
+    n = 0
+    for i in range(W.shape[0]):
+        for t in range(indptr[W[i]], indptr[W[i] + 1]):
+            if not marked[indices[t]]:
+                marked[indices[t]] = True
+                n += 1
+    rows = np.empty(n, dtype=np.int64)
+    untouched = np.zeros(3)
+    n = 0
+    for m in range(y.shape[0]):
+        if marked[m]:
+            rows[n] = m
+            n += 1
+            marked[m] = False
+        else:
+            untouched[0] += 1.0
+            untouched[1] += y[m]
+            untouched[2] += y[m] * y[m]
+    return (y, y_mean, centered, rows, untouched)
 
 
 @numba.njit(cache=True)
@@ -135,14 +162,20 @@ def _curvature(indptr, data, mu, centered, W, n_obs):  # type: ignore[no-untyped
 
 @numba.njit(cache=True)
 def _residual(columns, target, b, r):  # type: ignore[no-untyped-def]
-    """r = y - X_W b (uncentered); returns its sum."""
+    """r = y - X_W b (uncentered) on the touched rows (elsewhere r = y, never read); returns
+    its sum over all rows."""
     indptr, indices, data, _, W, _ = columns
-    r[:] = target[0]
+    y, rows, untouched = target[0], target[3], target[4]
+    for m in rows:
+        r[m] = y[m]
     for i in range(b.shape[0]):
         if b[i] != 0.0:
             for t in range(indptr[W[i]], indptr[W[i] + 1]):
                 r[indices[t]] -= data[t] * b[i]
-    return r.sum()
+    total = untouched[1]
+    for m in rows:
+        total += r[m]
+    return total
 
 
 @numba.njit(cache=True)
@@ -170,14 +203,15 @@ def _move(columns, centered, i, delta, r, total):  # type: ignore[no-untyped-def
 
 @numba.njit(cache=True)
 def _sums(target, r, total):  # type: ignore[no-untyped-def]
-    """||r_c||^2 and <y_c, r_c> of the centered residual and target."""
-    y, y_mean, centered = target
-    M = r.shape[0]
-    shift = total / M if centered else 0.0
+    """||r_c||^2 and <y_c, r_c> of the centered residual and target: over the touched rows, plus
+    the untouched rows' closed forms (there r = y)."""
+    y, y_mean, centered, rows, untouched = target
+    count, y_sum, y_squares = untouched[0], untouched[1], untouched[2]
+    shift = total / y.shape[0] if centered else 0.0
     center = y_mean if centered else 0.0
-    rr = 0.0
-    yr = 0.0
-    for m in range(M):
+    rr = y_squares - 2 * shift * y_sum + count * shift * shift
+    yr = y_squares - (center + shift) * y_sum + count * center * shift
+    for m in rows:
         rc = r[m] - shift
         rr += rc * rc
         yr += (y[m] - center) * rc
@@ -217,7 +251,8 @@ def _solve(columns, target, w, b, tol, stop_gap, max_epochs, check_every):  # ty
                     target, w, b, r, total
                 ):
                     b[:] = trial
-                    r[:] = r_trial
+                    for m in target[3]:
+                        r[m] = r_trial[m]
                     total = total_trial
         if stop_gap:
             if epoch % check_every == 0 or epoch == max_epochs:
