@@ -1,7 +1,7 @@
-"""Coordinate descent on sparse columns (`circuitlasso.solve.column_descent`, the CPU's inner
-solver where Gram blocks cost more than they serve) against scikit-learn and against the Gram
-solver on the same problems, centered or not, with copies of columns, both stop rules, and the
-same bits on one thread or two."""
+"""Coordinate descent on sparse columns (`circuitlasso.solve.coordinate.column_descent`, the
+CPU's inner solver where Gram blocks cost more than they serve) against scikit-learn and the Gram
+form on the same problems, centered or not, with copies of columns, both stop rules, and the same
+bits on one thread or two."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import torch
 from sklearn.linear_model import Lasso
 
 from circuitlasso.solve._sparse import csr_from_scipy, csr_transpose
-from circuitlasso.solve.column_descent import column_descent
-from circuitlasso.solve.coordinate import coordinate_descent
+from circuitlasso.solve.coordinate import column_descent, coordinate_descent
 from circuitlasso.solve.fista import Subproblems
 
 TOL = 1e-13

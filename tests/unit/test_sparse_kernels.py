@@ -47,10 +47,12 @@ def _coefficients(W: torch.Tensor, seed: int = 2) -> torch.Tensor:
     return b
 
 
+@pytest.mark.parametrize("centered", [False, True], ids=["uncentered", "centered"])
 @pytest.mark.parametrize("targets", ["a few rows", "every row"])
-def test_residual_gradients_match_dense_algebra(threads, targets):
+def test_residual_gradients_match_dense_algebra(threads, targets, centered):
     """A target on a few rows with few coefficients scatters the residual's rows; a dense target
-    gathers every column: both are u = y - X_W b and X^T u."""
+    gathers every column: both are X~^T r, ||r||^2 and <y_c, r> of r = y_c - X~_W b, with the
+    centering implicit (X~ = X - 1 mu^T) or none."""
     dense, rows, columns = _design()
     W = _sets()
     rng = np.random.default_rng(3)
@@ -62,11 +64,16 @@ def test_residual_gradients_match_dense_algebra(threads, targets):
     else:
         y[:] = rng.standard_normal((B, M))
         b = _coefficients(W)
-    u, g = residual_gradients(rows, columns, W, b, torch.from_numpy(y))
+    mu = torch.from_numpy(dense.mean(0)) if centered else None
+    y_mean = torch.from_numpy(y.mean(1)) if centered else None
+    g, rr, yr = residual_gradients(rows, columns, W, b, torch.from_numpy(y), mu, y_mean)
+    x = dense - dense.mean(0) if centered else dense
     for j in range(B):
-        expected = y[j] - dense[:, W[j].numpy()] @ b[j].numpy()
-        np.testing.assert_allclose(u[j].numpy(), expected, rtol=1e-13, atol=1e-14)
-        np.testing.assert_allclose(g[j].numpy(), dense.T @ expected, rtol=1e-12, atol=1e-13)
+        target = y[j] - y[j].mean() if centered else y[j]
+        r = target - x[:, W[j].numpy()] @ b[j].numpy()
+        np.testing.assert_allclose(g[j].numpy(), x.T @ r, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(rr[j].item(), r @ r, rtol=1e-12)
+        np.testing.assert_allclose(yr[j].item(), target @ r, rtol=1e-12, atol=1e-12)
 
 
 def test_results_do_not_depend_on_the_threads():
@@ -78,7 +85,9 @@ def test_results_do_not_depend_on_the_threads():
     results = []
     for n in (1, 2):
         torch.set_num_threads(n)
-        results.append((gram_blocks(columns, W, M), *residual_gradients(rows, columns, W, b, y)))
+        mu = torch.ones(P) / 3
+        gradients = residual_gradients(rows, columns, W, b, y, mu, y.mean(1))
+        results.append((gram_blocks(columns, W, M), *gradients))
     torch.set_num_threads(before)
     for one, two in zip(*results, strict=True):
         assert torch.equal(one, two)

@@ -15,6 +15,11 @@ A problem that meets its tolerance ends, where the gap stays within it, at the l
 solution on its equicorrelation set (`_spread`): copies of a column share its weight (on sets of
 at most SPREAD_MAX features).
 
+The same descent runs in two forms, one loop (`_solve`) over the steps of either: on the Gram
+blocks (`coordinate_descent`, the state Q b) and, for sparse predictors whose Gram blocks cost
+more than they serve, on the working set's columns themselves (`column_descent`, the state the
+residual: `solve.sparse_columns`).
+
 Compiled with numba (cached on disk after the first call). Everything runs in float64, and each
 problem's result depends on its own data only, not on the batch it was solved in nor on the
 threads that share the batch (`solve.threads`). On a GPU the working sets keep batched FISTA.
@@ -28,6 +33,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Unpack
 
+from circuitlasso.solve import sparse_columns as columns
 from circuitlasso.solve.fista import RIDGE_EXPONENT, TINY, Subproblems
 from circuitlasso.solve.options import INNER, InnerOptions, settle
 from circuitlasso.solve.threads import over_threads
@@ -41,6 +47,8 @@ EQUICORRELATION = 1e-3
 SPREAD_MAX = 256
 """Largest equicorrelation set moved to its least-norm solution: its Cholesky factor costs S^3/3
 (at S = 2000 more than the whole descent); a larger set keeps the point descent reached."""
+GRAM, COLUMNS = 0, 1
+"""The two forms of a problem tuple (its first entry)."""
 
 
 def coordinate_descent(
@@ -55,27 +63,8 @@ def coordinate_descent(
     """
     settings = settle(INNER, InnerOptions, options)
     b = b0.detach().to("cpu", torch.float64).contiguous().clone()
-    B = b.shape[0]
-    epochs = np.zeros(B, dtype=np.int64)
-    converged = np.zeros(B, dtype=np.bool_)
-    if B and b.shape[1]:
-        over_threads(
-            _solve_batch,
-            B,
-            _array(problems.Q),
-            _array(problems.q),
-            _array(problems.yty),
-            _array(problems.w),
-            b.numpy(),
-            _array(tol),
-            settings.stop == "gap",
-            settings.max_iter,
-            settings.check_every,
-            epochs,
-            converged,
-        )
-    elif B:
-        converged[:] = True  # no coordinate: b = () is the minimizer
+    problem = (_array(problems.Q), _array(problems.q), _array(problems.yty))
+    epochs, converged = _run(_gram_batch, problem, _array(problems.w), b, _array(tol), settings)
     device = b0.device
     return (
         b.to(device, b0.dtype),
@@ -84,81 +73,270 @@ def coordinate_descent(
     )
 
 
+def column_descent(
+    columns_t: Tensor,
+    mu: Tensor | None,
+    y: Tensor,
+    y_mean: Tensor | None,
+    W: Tensor,
+    b0: Tensor,
+    w: Tensor,
+    tol: Tensor,
+    **options: Unpack[InnerOptions],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Minimize 1/2 ||y_c - X~_W b||^2 + sum_k w_k |b_k| for B outputs on the CPU, on the
+    working sets' sparse columns (`solve.sparse_columns`), as `coordinate_descent` on their Gram
+    blocks.
+
+    columns_t: X^T as CSR (p, M) of the scaled uncentered columns; mu: (p,) their means (None:
+    no centering); y: (B, M) dense targets, uncentered; y_mean: (B,) their means (None with mu
+    None); W: (B, K) working sets; b0: (B, K) warm start; w: (B, K) penalty weights; tol: (B,)
+    and options as `coordinate_descent`'s. Returns b (B, K) in b0's dtype, epochs, converged.
+    """
+    settings = settle(INNER, InnerOptions, options)
+    b = b0.detach().to("cpu", torch.float64).contiguous().clone()
+    B = y.shape[0]
+    problem = (
+        columns_t.crow_indices().numpy(),
+        columns_t.col_indices().numpy(),
+        columns_t.values().to(torch.float64).numpy(),
+        (mu if mu is not None else torch.zeros(columns_t.shape[0])).double().numpy(),
+        mu is not None,
+        y.to(torch.float64).contiguous().numpy(),
+        (y_mean if y_mean is not None else torch.zeros(B)).double().contiguous().numpy(),
+        W.contiguous().numpy(),
+    )
+    epochs, converged = _run(_column_batch, problem, _array(w), b, _array(tol), settings)
+    return b.to(b0.dtype), torch.from_numpy(epochs), torch.from_numpy(converged)
+
+
+def _run(batch, problem, w, b, tol, settings):  # type: ignore[no-untyped-def]
+    """A batch kernel over the problems on torch's threads; (epochs, converged)."""
+    B = b.shape[0]
+    epochs = np.zeros(B, dtype=np.int64)
+    converged = np.zeros(B, dtype=np.bool_)
+    if B and b.shape[1]:
+        stop_gap = settings.stop == "gap"
+        limits = (stop_gap, settings.max_iter, settings.check_every)
+        over_threads(batch, B, *problem, w, b.numpy(), tol, *limits, epochs, converged)
+    elif B:
+        converged[:] = True  # no coordinate: b = () is the minimizer
+    return epochs, converged
+
+
 def _array(t: Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float64).contiguous().numpy()
 
 
 @numba.njit(cache=True, nogil=True)
-def _solve_batch(  # type: ignore[no-untyped-def]
+def _gram_batch(  # type: ignore[no-untyped-def]
     Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every, epochs, converged, lo, hi
 ):
     for i in range(lo, hi):
+        problem = gram_problem(Q[i], q[i], yty[i])
         epochs[i], converged[i] = _solve(
-            Q[i], q[i], yty[i], w[i], b[i], tol[i], stop_gap, max_epochs, check_every
+            problem, w[i], b[i], tol[i], stop_gap, max_epochs, check_every
+        )
+
+
+@numba.njit(cache=True, nogil=True)
+def _column_batch(  # type: ignore[no-untyped-def]
+    indptr,
+    indices,
+    data,
+    mu,
+    centered,
+    y,
+    y_mean,
+    W,
+    w,
+    b,
+    tol,
+    stop_gap,
+    max_epochs,
+    check_every,
+    epochs,
+    converged,
+    lo,
+    hi,
+):
+    marked = np.zeros(y.shape[1], dtype=np.bool_)
+    for j in range(lo, hi):
+        problem = column_problem(indptr, indices, data, mu, centered, y[j], y_mean[j], W[j], marked)
+        epochs[j], converged[j] = _solve(
+            problem, w[j], b[j], tol[j], stop_gap, max_epochs, check_every
         )
 
 
 @numba.njit(cache=True)
-def _solve(Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every):  # type: ignore[no-untyped-def]
-    """One problem, b updated in place; returns (epochs, converged)."""
+def gram_problem(Q, q, yty):  # type: ignore[no-untyped-def]
+    """A problem tuple of the Gram form: (GRAM, Q, q, yty, then the column form's parts, empty)."""
+    no_int, no_float = np.zeros(0, dtype=np.int64), np.zeros(0)
+    return (GRAM, Q, q, yty, no_int, no_int, no_float, no_float, no_int, no_float, no_float,
+            0.0, False, no_int, no_float)  # fmt: skip
+
+
+@numba.njit(cache=True)
+def column_problem(indptr, indices, data, mu, centered, y, y_mean, W, marked):  # type: ignore[no-untyped-def]
+    """A problem tuple of the column form: (COLUMNS, the Gram form's parts, empty, then the parts
+    `solve.sparse_columns` reads); marked (M,): all False, left so."""
+    curvature = columns.curvature(indptr, data, mu, centered, W, y.shape[0])
+    rows, untouched = columns.touched_rows(indptr, indices, W, y, marked)
+    return (COLUMNS, np.zeros((0, 0)), np.zeros(0), 0.0, indptr, indices, data, mu, W,
+            curvature, y, y_mean, centered, rows, untouched)  # fmt: skip
+
+
+@numba.njit(cache=True)
+def _solve(problem, w, b, tol, stop_gap, max_epochs, check_every):  # type: ignore[no-untyped-def]
+    """One problem, b updated in place; returns (epochs, converged). Its state: Q b (GRAM) or
+    the residual and its sum (COLUMNS), kept by the steps below."""
     K = b.shape[0]
-    Qb = np.empty(K)
-    _product(Q, b, Qb)
+    size = K if problem[0] == GRAM else problem[columns.Y].shape[0]
+    state = np.empty(size)
+    state_trial = np.empty(size)
+    total = _refresh(problem, b, state)
     history = np.zeros((ANDERSON + 1, K))
     filled = 0
     trial = np.empty(K)
-    Q_trial = np.empty(K)
-    previous = _objective(q, yty, w, b, Qb)
+    previous = _objective(problem, w, b, state, total)
     for epoch in range(1, max_epochs + 1):
-        _epoch(Q, q, w, b, Qb)
+        total = _epoch(problem, w, b, state, total)
         history[filled] = b
         filled += 1
         if filled == ANDERSON + 1:
             filled = 0
             if _extrapolate(history, trial):
-                _product(Q, trial, Q_trial)
-                if _objective(q, yty, w, trial, Q_trial) < _objective(q, yty, w, b, Qb):
+                total_trial = _refresh(problem, trial, state_trial)
+                if _objective(problem, w, trial, state_trial, total_trial) < _objective(
+                    problem, w, b, state, total
+                ):
                     b[:] = trial
-                    Qb[:] = Q_trial
+                    _accept(problem, state, state_trial)
+                    total = total_trial
         if stop_gap:
             if epoch % check_every == 0 or epoch == max_epochs:
-                _product(Q, b, Qb)  # exact again: the updates accumulate rounding
-                if _gap(q, yty, w, b, Qb) <= tol:
-                    _spread(Q, q, yty, w, b, tol)
+                total = _refresh(problem, b, state)  # exact again: updates accumulate rounding
+                if _gap(problem, w, b, state, total) <= tol:
+                    _spread(problem, w, b, state, total, tol)
                     return epoch, True
         else:
-            current = _objective(q, yty, w, b, Qb)
+            current = _objective(problem, w, b, state, total)
             if abs(previous - current) <= tol * abs(current):
                 return epoch, True
             previous = current
     return max_epochs, False
 
 
+# The steps, in either form: `state` is Q b (GRAM) or the residual with sum `total` (COLUMNS).
+
+
 @numba.njit(cache=True)
-def _spread(Q, q, yty, w, b, tol):  # type: ignore[no-untyped-def]
+def _refresh(problem, b, state):  # type: ignore[no-untyped-def]
+    """The state of b, computed anew; returns its `total` (0 in the Gram form)."""
+    if problem[0] == GRAM:
+        _product(problem[1], b, state)
+        return 0.0
+    return columns.residual(problem, b, state)
+
+
+@numba.njit(cache=True)
+def _epoch(problem, w, b, state, total):  # type: ignore[no-untyped-def]
+    if problem[0] == GRAM:
+        _gram_epoch(problem[1], problem[2], w, b, state)
+        return 0.0
+    return columns.epoch(problem, w, b, state, total)
+
+
+@numba.njit(cache=True)
+def _accept(problem, state, state_trial):  # type: ignore[no-untyped-def]
+    if problem[0] == GRAM:
+        state[:] = state_trial
+    else:
+        columns.accept(problem, state, state_trial)
+
+
+@numba.njit(cache=True)
+def _objective(problem, w, b, state, total):  # type: ignore[no-untyped-def]
+    if problem[0] == GRAM:
+        return _gram_objective(problem[2], problem[3], w, b, state)
+    rr, _ = columns.sums(problem, state, total)
+    value = rr / 2
+    for i in range(b.shape[0]):
+        value += w[i] * abs(b[i])
+    return value
+
+
+@numba.njit(cache=True)
+def _correlations(problem, b, state, total):  # type: ignore[no-untyped-def]
+    """(K,) q - Q b: each slot's correlation with the residual."""
+    if problem[0] == GRAM:
+        return problem[2] - state
+    out = np.empty(b.shape[0])
+    for i in range(b.shape[0]):
+        out[i] = columns.correlation(problem, i, state, total)
+    return out
+
+
+@numba.njit(cache=True)
+def _gap(problem, w, b, state, total):  # type: ignore[no-untyped-def]
+    """The duality gap of `fista.duality_gap` for one problem (the same dual point s r)."""
+    if problem[0] == GRAM:
+        q, yty = problem[2], problem[3]
+        qb = 0.0
+        bQb = 0.0
+        for k in range(b.shape[0]):
+            qb += q[k] * b[k]
+            bQb += b[k] * state[k]
+        rr, yr = yty - 2 * qb + bQb, yty - qb
+    else:
+        rr, yr = columns.sums(problem, state, total)
+    correlations = _correlations(problem, b, state, total)
+    l1 = 0.0
+    violation = 0.0
+    for k in range(b.shape[0]):
+        l1 += w[k] * abs(b[k])
+        correlation = abs(correlations[k])
+        if correlation > 0.0:
+            ratio = correlation / w[k] if w[k] > 0.0 else np.inf
+            violation = max(violation, ratio)
+    s_max = 1.0 / violation if violation > 0.0 else np.inf
+    if rr <= 0.0:
+        return l1  # an exact fit: the dual point 0
+    s = max(min(yr / rr, s_max), -s_max)
+    return max(rr / 2 + l1 - (s * yr - s * s * rr / 2), 0.0)
+
+
+@numba.njit(cache=True)
+def _spread(problem, w, b, state, total, tol):  # type: ignore[no-untyped-def]
     """b moved, where the gap stays within tol, to the least-norm solution on its equicorrelation
     set: the exact minimizer for the signs of b on its support and the residual's signs on the
     features at the penalty's bound, with the ridge of `fista.polish` (RIDGE_EXPONENT). Among
     the many solutions of a rank-deficient problem it treats duplicate and collinear features
     alike, where cyclic descent gives the first in order the most weight."""
     K = b.shape[0]
-    Qb = np.empty(K)
-    _product(Q, b, Qb)
-    signs = equicorrelation_signs(q - Qb, b, w)
+    correlations = _correlations(problem, b, state, total)
+    signs = equicorrelation_signs(correlations, b, w)
     where = np.nonzero(signs)[0]
     S = where.size
     if S == 0 or S > SPREAD_MAX:
         return
-    system = np.empty((S, S))
-    for i in range(S):
-        for j in range(S):
-            system[i, j] = Q[where[i], where[j]]
-    ridge = np.finfo(np.float64).eps ** RIDGE_EXPONENT * np.trace(Q) / K
+    if problem[0] == GRAM:
+        Q = problem[1]
+        system = np.empty((S, S))
+        for i in range(S):
+            for j in range(S):
+                system[i, j] = Q[where[i], where[j]]
+        q_set = problem[2][where]
+        ridge = np.finfo(np.float64).eps ** RIDGE_EXPONENT * np.trace(Q) / K
+    else:
+        system, q_set = columns.set_system(problem, where, correlations, b)
+        ridge = np.finfo(np.float64).eps ** RIDGE_EXPONENT * problem[columns.CURVATURE].sum() / K
     trial = np.zeros(K)
-    if not least_norm_trial(system, q[where], ridge, w, signs, trial):
+    if not least_norm_trial(system, q_set, ridge, w, signs, trial):
         return
-    _product(Q, trial, Qb)
-    if _gap(q, yty, w, trial, Qb) <= tol:
+    state_trial = np.empty(state.shape[0])
+    total_trial = _refresh(problem, trial, state_trial)
+    if _gap(problem, w, trial, state_trial, total_trial) <= tol:
         b[:] = trial
 
 
@@ -220,7 +398,7 @@ def _cholesky_solve(factor, rhs):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True)
-def _epoch(Q, q, w, b, Qb):  # type: ignore[no-untyped-def]
+def _gram_epoch(Q, q, w, b, Qb):  # type: ignore[no-untyped-def]
     """One cyclic pass: b_k <- the minimizer of F over b_k alone, Qb kept equal to Q b."""
     K = b.shape[0]
     for k in range(K):
@@ -282,32 +460,8 @@ def _product(Q, b, out):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True)
-def _objective(q, yty, w, b, Qb):  # type: ignore[no-untyped-def]
+def _gram_objective(q, yty, w, b, Qb):  # type: ignore[no-untyped-def]
     value = yty / 2
     for k in range(b.shape[0]):
         value += b[k] * Qb[k] / 2 - q[k] * b[k] + w[k] * abs(b[k])
     return value
-
-
-@numba.njit(cache=True)
-def _gap(q, yty, w, b, Qb):  # type: ignore[no-untyped-def]
-    """The duality gap of `fista.duality_gap` for one problem (the same dual point s r)."""
-    qb = 0.0
-    bQb = 0.0
-    l1 = 0.0
-    violation = 0.0
-    for k in range(b.shape[0]):
-        qb += q[k] * b[k]
-        bQb += b[k] * Qb[k]
-        l1 += w[k] * abs(b[k])
-        correlation = abs(q[k] - Qb[k])
-        if correlation > 0.0:
-            ratio = correlation / w[k] if w[k] > 0.0 else np.inf
-            violation = max(violation, ratio)
-    rr = yty - 2 * qb + bQb
-    yr = yty - qb
-    s_max = 1.0 / violation if violation > 0.0 else np.inf
-    if rr <= 0.0:
-        return l1  # an exact fit: the dual point 0
-    s = max(min(yr / rr, s_max), -s_max)
-    return max(rr / 2 + l1 - (s * yr - s * s * rr / 2), 0.0)

@@ -27,8 +27,7 @@ from tqdm import tqdm
 
 from circuitlasso.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
-from circuitlasso.solve.column_descent import column_descent
-from circuitlasso.solve.coordinate import coordinate_descent
+from circuitlasso.solve.coordinate import column_descent, coordinate_descent
 from circuitlasso.solve.fista import Subproblems, bmv, duality_gap, fista
 from circuitlasso.solve.options import InnerOptions, SolverOptions
 from circuitlasso.solve.problems import LassoProblem, SparseProblem
@@ -273,7 +272,7 @@ class _LassoRounds:
                 scale = M if self.stop == "gap" else 1
                 tol = scale * self.inner_tol[rows]
                 options: InnerOptions = {"stop": self.stop, "max_iter": iterations}
-                if isinstance(problem, SparseProblem) and problem.columns_pay(k):
+                if isinstance(problem, SparseProblem) and problem.columns_pay(W):
                     y = problem.target_rows(rows).to_dense()
                     y_mean = problem.ybar[rows] if problem.ybar is not None else None
                     b_new, iters, ok = column_descent(

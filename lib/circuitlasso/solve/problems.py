@@ -57,7 +57,7 @@ GRAM_MIN_OUTPUTS = 64
 SPARSE_RESIDUALS = 0.03
 """Off the CPU, residuals of a batch with fewer nonzeros than this share go through a sparse
 product. (On the CPU `sparse_kernels` picks rows or columns output by output.)"""
-COLUMN_SHARE = 0.25
+COLUMN_SHARE = 0.125
 """Working sets are solved on their columns where a column holds fewer than this share of the
 set's size in entries (see `SparseProblem.columns_pay`)."""
 BLOCK_OUTPUTS = 256
@@ -226,6 +226,7 @@ class SparseProblem:
     ) -> None:
         self.Xs = x_scaled.to(torch.float64)
         self.Xst = csr_transpose(self.Xs)
+        self.column_entries = self.Xst.crow_indices().diff()  # (p,) nonzeros of each column
         self.on_cpu = x_scaled.device.type == "cpu"
         # off the CPU, the gradient's CSR times dense product
         self.Xst_product = None if self.on_cpu else with_int32_indices(self.Xst)
@@ -272,26 +273,29 @@ class SparseProblem:
         """Targets of outputs `cols` (B,) as float64 rows (B, M): CSR or dense, as stored."""
         return (csr_rows(self.Yt, cols) if self.sparse_y else self.Yt[cols]).to(torch.float64)
 
-    def columns_pay(self, k: int) -> bool:
-        """Whether working sets of k features are solved on their columns
-        (`solve.column_descent`) rather than on Gram blocks: on the CPU, where a column holds
-        fewer than COLUMN_SHARE x k entries on average (an epoch then reads fewer numbers than a
-        Gram epoch, and no block is formed)."""
-        column = self.Xst.values().numel() / max(1, self.n_features)
-        return self.on_cpu and column < COLUMN_SHARE * k
+    def columns_pay(self, W: Tensor) -> bool:
+        """Whether the working sets W (B, K) are solved on their columns
+        (`solve.coordinate.column_descent`) rather than on Gram blocks: on the CPU, where their
+        columns hold fewer than COLUMN_SHARE x K entries on average (an epoch then reads fewer
+        numbers than a Gram epoch, and no block is formed). The sets' own columns count: under
+        a power law the features that enter are the frequent ones."""
+        if not self.on_cpu or W.numel() == 0:
+            return False
+        column = self.column_entries[W].double().mean()
+        return bool(column < COLUMN_SHARE * W.shape[1])
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         M = self.n_obs
         y = self.target_rows(cols).to_dense()
         if self.on_cpu:
-            u, g = sparse_kernels.residual_gradients(self.Xs, self.Xst, W, b, y)
+            y_mean = self.ybar[cols] if self.ybar is not None else None
+            return sparse_kernels.residual_gradients(self.Xs, self.Xst, W, b, y, self.mu, y_mean)
+        u = y - sparse_product(csr_from_padded(W, b.double(), self.n_features), self.Xst)
+        if int(torch.count_nonzero(u)) < SPARSE_RESIDUALS * u.numel():
+            g = sparse_product(csr_from_dense(u), self.Xs)  # cost ~ nonzeros of u, not M
         else:
-            u = y - sparse_product(csr_from_padded(W, b.double(), self.n_features), self.Xst)
-            if int(torch.count_nonzero(u)) < SPARSE_RESIDUALS * u.numel():
-                g = sparse_product(csr_from_dense(u), self.Xs)  # cost ~ nonzeros of u, not M
-            else:
-                assert self.Xst_product is not None  # built off the CPU
-                g = (self.Xst_product @ u.t()).t()
+            assert self.Xst_product is not None  # built off the CPU
+            g = (self.Xst_product @ u.t()).t()
         if self.mu is None or self.ybar is None:
             return g, (u**2).sum(1), (y * u).sum(1)
         ubar = u.mean(1)  # X~ = X_s - 1 mu^T: X~^T u = X_s^T u - (M ubar) mu

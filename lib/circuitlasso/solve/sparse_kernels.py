@@ -51,14 +51,27 @@ def gram_blocks(columns: Tensor, W: Tensor, n_obs: int) -> Tensor:
 
 
 def residual_gradients(
-    rows: Tensor, columns: Tensor, W: Tensor, b: Tensor, y: Tensor
-) -> tuple[Tensor, Tensor]:
-    """u = y - X_W b (B, M) and X^T u (B, p), float64, for coefficients b (B, K) on W (B, K)
-    (padding carries b = 0) and dense targets y (B, M); `rows`: X (M, p) as CSR, `columns`:
-    X^T as CSR."""
+    rows: Tensor,
+    columns: Tensor,
+    W: Tensor,
+    b: Tensor,
+    y: Tensor,
+    mu: Tensor | None = None,
+    y_mean: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """X~^T r (B, p), ||r||^2 and <y_c, r> (B,), float64, of the residuals r = y_c - X~_W b for
+    coefficients b (B, K) on W (B, K) (padding carries b = 0) and dense targets y (B, M);
+    `rows`: X (M, p) as CSR, `columns`: X^T as CSR. With column means mu (p,) and target means
+    y_mean (B,), X~ = X - 1 mu^T and y_c = y - y_mean are centered implicitly (X~^T r =
+    X^T u - M mean(u) mu for u = y - X_W b, and r = u - mean(u)); without them nothing is."""
     B, M = y.shape
+    if mu is None or y_mean is None:
+        mu, y_mean, centered = torch.zeros(1), torch.zeros(B), False
+    else:
+        centered = True
     u = y.to(torch.float64).contiguous().clone().numpy()
     g = np.zeros((B, columns.shape[0]))
+    sums = np.zeros((B, 2))
     over_threads(
         _residual_gradients,
         B,
@@ -66,11 +79,17 @@ def residual_gradients(
         *_parts(columns),
         W.contiguous().numpy(),
         b.to(torch.float64).contiguous().numpy(),
+        y.to(torch.float64).contiguous().numpy(),
+        mu.double().contiguous().numpy(),
+        y_mean.double().contiguous().numpy(),
+        centered,
         u,
         g,
+        sums,
         grain=GATHER_OUTPUTS,
     )
-    return torch.from_numpy(u), torch.from_numpy(g)
+    sums_t = torch.from_numpy(sums)
+    return torch.from_numpy(g), sums_t[:, 0].contiguous(), sums_t[:, 1].contiguous()
 
 
 @numba.njit(cache=True, nogil=True)
@@ -141,11 +160,28 @@ def _fill_gram(indptr, indices, data, features, start, block):  # type: ignore[n
 
 @numba.njit(cache=True, nogil=True)
 def _residual_gradients(  # type: ignore[no-untyped-def]
-    r_indptr, r_indices, r_data, c_indptr, c_indices, c_data, W, b, u, g, lo, hi
+    r_indptr,
+    r_indices,
+    r_data,
+    c_indptr,
+    c_indices,
+    c_data,
+    W,
+    b,
+    y,
+    mu,
+    y_mean,
+    centered,
+    u,
+    g,
+    sums,
+    lo,
+    hi,
 ):
-    """u[j] -= X_W b[j], then g[j] = X^T u[j], for j in [lo, hi). Residuals on few rows scatter
-    those rows; the others gather each column, GATHER_OUTPUTS residuals at a time (one read of
-    X for all of them), each sum in the same order whatever the group."""
+    """For j in [lo, hi): u[j] = y[j] - X_W b[j], g[j] = X^T u[j] (residuals on few rows scatter
+    those rows; the others gather each column, GATHER_OUTPUTS residuals at a time: one read of X
+    for all of them, each sum in the same order whatever the group), then the centering and
+    sums[j] = (||r||^2, <y_c, r>)."""
     M = u.shape[1]
     p = g.shape[1]
     nnz = r_indptr[M]
@@ -190,3 +226,32 @@ def _residual_gradients(  # type: ignore[no-untyped-def]
                     acc[c] += x * row[c]
             for c in range(n):
                 g[gather[first + c], k] = acc[c]
+    for j in range(lo, hi):
+        _center(u[j], g[j], y[j], mu, y_mean[j], centered, sums[j])
+
+
+@numba.njit(cache=True)
+def _center(u, g, y, mu, y_mean, centered, sums):  # type: ignore[no-untyped-def]
+    """g -= M mean(u) mu (X~^T u), and sums = (||u - mean(u)||^2, <y - y_mean, u - mean(u)>)
+    (centered residual and target: no cancellation near an exact fit); uncentered, the plain
+    sums."""
+    M = u.shape[0]
+    shift = 0.0
+    center = 0.0
+    if centered:
+        total = 0.0
+        for m in range(M):
+            total += u[m]
+        shift = total / M
+        center = y_mean
+        scale = M * shift
+        for k in range(g.shape[0]):
+            g[k] -= scale * mu[k]
+    rr = 0.0
+    yr = 0.0
+    for m in range(M):
+        rc = u[m] - shift
+        rr += rc * rc
+        yr += (y[m] - center) * rc
+    sums[0] = rr
+    sums[1] = yr
