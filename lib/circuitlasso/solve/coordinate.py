@@ -96,10 +96,13 @@ def column_descent(
     settings = settle(INNER, InnerOptions, options)
     b = b0.detach().to("cpu", torch.float64).contiguous().clone()
     B = y.shape[0]
-    problem = (
+    parts = (
         columns_t.crow_indices().numpy(),
         columns_t.col_indices().numpy(),
         columns_t.values().to(torch.float64).numpy(),
+    )
+    problem = (
+        parts,
         (mu if mu is not None else torch.zeros(columns_t.shape[0])).double().numpy(),
         mu is not None,
         y.to(torch.float64).contiguous().numpy(),
@@ -118,7 +121,7 @@ def _run(batch, problem, w, b, tol, settings):  # type: ignore[no-untyped-def]
     if B and b.shape[1]:
         stop_gap = settings.stop == "gap"
         limits = (stop_gap, settings.max_iter, settings.check_every)
-        over_threads(batch, B, *problem, w, b.numpy(), tol, *limits, epochs, converged)
+        over_threads(batch, B, *problem, w, b.numpy(), tol, limits, epochs, converged)
     elif B:
         converged[:] = True  # no coordinate: b = () is the minimizer
     return epochs, converged
@@ -129,9 +132,8 @@ def _array(t: Tensor) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _gram_batch(  # type: ignore[no-untyped-def]
-    Q, q, yty, w, b, tol, stop_gap, max_epochs, check_every, epochs, converged, lo, hi
-):
+def _gram_batch(Q, q, yty, w, b, tol, limits, epochs, converged, lo, hi):  # type: ignore[no-untyped-def]
+    stop_gap, max_epochs, check_every = limits
     for i in range(lo, hi):
         problem = gram_problem(Q[i], q[i], yty[i])
         epochs[i], converged[i] = _solve(
@@ -140,26 +142,9 @@ def _gram_batch(  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True, nogil=True)
-def _column_batch(  # type: ignore[no-untyped-def]
-    indptr,
-    indices,
-    data,
-    mu,
-    centered,
-    y,
-    y_mean,
-    W,
-    w,
-    b,
-    tol,
-    stop_gap,
-    max_epochs,
-    check_every,
-    epochs,
-    converged,
-    lo,
-    hi,
-):
+def _column_batch(XT, mu, centered, y, y_mean, W, w, b, tol, limits, epochs, converged, lo, hi):  # type: ignore[no-untyped-def]
+    indptr, indices, data = XT
+    stop_gap, max_epochs, check_every = limits
     marked = np.zeros(y.shape[1], dtype=np.bool_)
     for j in range(lo, hi):
         problem = column_problem(indptr, indices, data, mu, centered, y[j], y_mean[j], W[j], marked)

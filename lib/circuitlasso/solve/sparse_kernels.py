@@ -75,8 +75,8 @@ def residual_gradients(
     over_threads(
         _residual_gradients,
         B,
-        *_parts(rows),
-        *_parts(columns),
+        _parts(rows),
+        _parts(columns),
         W.contiguous().numpy(),
         b.to(torch.float64).contiguous().numpy(),
         y.to(torch.float64).contiguous().numpy(),
@@ -159,29 +159,13 @@ def _fill_gram(indptr, indices, data, features, start, block):  # type: ignore[n
 
 
 @numba.njit(cache=True, nogil=True)
-def _residual_gradients(  # type: ignore[no-untyped-def]
-    r_indptr,
-    r_indices,
-    r_data,
-    c_indptr,
-    c_indices,
-    c_data,
-    W,
-    b,
-    y,
-    mu,
-    y_mean,
-    centered,
-    u,
-    g,
-    sums,
-    lo,
-    hi,
-):
+def _residual_gradients(X, XT, W, b, y, mu, y_mean, centered, u, g, sums, lo, hi):  # type: ignore[no-untyped-def]
     """For j in [lo, hi): u[j] = y[j] - X_W b[j], g[j] = X^T u[j] (residuals on few rows scatter
     those rows; the others gather each column, GATHER_OUTPUTS residuals at a time: one read of X
     for all of them, each sum in the same order whatever the group), then the centering and
-    sums[j] = (||r||^2, <y_c, r>)."""
+    sums[j] = (||r||^2, <y_c, r>). X, XT: the CSR parts (indptr, indices, data) of X and X^T."""
+    r_indptr, r_indices, r_data = X
+    c_indptr, c_indices, c_data = XT
     M = u.shape[1]
     p = g.shape[1]
     nnz = r_indptr[M]
