@@ -63,6 +63,7 @@ from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.eap import edge_attribution_patching
 from circuitlasso.solve import block_lasso, lam_max, lasso, lasso_path, lasso_sets, logistic_lasso
 from circuitlasso.solve.fista import fista
+from circuitlasso.solve.problems import SparseProblem
 
 LAYERS = (1, 3)  # the SAE layers: one layer pair, the label read from the last
 N_PROMPTS = 40
@@ -466,11 +467,16 @@ def references() -> dict[str, dict[str, Any]]:
 
 
 def reference(name: str, cpu_setup: Setup, references: dict[str, dict[str, Any]]) -> dict:
-    """The CPU's results, its working sets solved by FISTA as on a device (the CPU's own
-    inner solver, coordinate descent, reaches the same certified objectives by other iterates:
-    `tests/unit/test_coordinate.py`); a stand-in device run does the same wherever it solves."""
+    """The CPU's results, its working sets solved by FISTA on Gram blocks as on a device (the
+    CPU's own inner solvers, coordinate descent on Gram blocks or on sparse columns, reach the
+    same certified objectives by other iterates: `tests/unit/test_coordinate.py`,
+    `tests/unit/test_column_descent.py`); a stand-in device run does the same wherever it
+    solves."""
     if name not in references:
-        with mock.patch.object(lasso_sets, "inner_solver", lambda device: fista):
+        with (
+            mock.patch.object(lasso_sets, "inner_solver", lambda device: fista),
+            mock.patch.object(SparseProblem, "columns_pay", lambda self, W: False),
+        ):
             references[name] = PATHS[name].run(cpu_setup)
     return references[name]
 
@@ -522,6 +528,7 @@ def test_path_on_simulated_cuda_matches_cpu(
             feature_circuits, solver, recording(getattr(feature_circuits, solver), calls[solver])
         )
     monkeypatch.setattr(lasso_sets, "inner_solver", lambda device: fista)  # as the reference's
+    monkeypatch.setattr(SparseProblem, "columns_pay", lambda self, W: False)
     with simulated(cpu_setup) as setup:
         got = PATHS[name].run(setup)
     fits = PATHS[name].tolerance == FIT_TOLERANCE
