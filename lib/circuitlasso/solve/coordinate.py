@@ -36,6 +36,7 @@ from typing_extensions import Unpack
 from circuitlasso.solve import sparse_columns as columns
 from circuitlasso.solve.fista import RIDGE_EXPONENT, TINY, Subproblems
 from circuitlasso.solve.options import INNER, InnerOptions, settle
+from circuitlasso.solve.sparse_kernels import csr_arrays
 from circuitlasso.solve.threads import over_threads
 
 ANDERSON = 5
@@ -96,13 +97,8 @@ def column_descent(
     settings = settle(INNER, InnerOptions, options)
     b = b0.detach().to("cpu", torch.float64).contiguous().clone()
     B = y.shape[0]
-    parts = (
-        columns_t.crow_indices().numpy(),
-        columns_t.col_indices().numpy(),
-        columns_t.values().to(torch.float64).numpy(),
-    )
     problem = (
-        parts,
+        csr_arrays(columns_t),
         (mu if mu is not None else torch.zeros(columns_t.shape[0])).double().numpy(),
         mu is not None,
         y.to(torch.float64).contiguous().numpy(),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from circuitlasso.solve.sparse_kernels import _gram_of_set
+from circuitlasso.solve.sparse_kernels import gram_of_set
 
 # the places of the column form's parts in a problem tuple (see `coordinate.column_problem`)
 INDPTR, INDICES, DATA, MU, SET, CURVATURE, Y, Y_MEAN, CENTERED, ROWS, UNTOUCHED = range(4, 15)
@@ -146,7 +146,7 @@ def set_system(P, where, correlations, b):  # type: ignore[no-untyped-def]
     with the target (S,): the correlations plus the block times b (b lives on the set)."""
     W, mu = P[SET], P[MU]
     features = W[where]
-    system = _gram_of_set(P[INDPTR], P[INDICES], P[DATA], features, P[Y].shape[0])
+    system = gram_of_set(P[INDPTR], P[INDICES], P[DATA], features, P[Y].shape[0])
     if P[CENTERED]:
         M = P[Y].shape[0]
         for i in range(where.size):

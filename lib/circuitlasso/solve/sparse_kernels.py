@@ -33,7 +33,8 @@ GATHER_OUTPUTS = 8
 and value read cost more than one multiply-add)."""
 
 
-def _parts(csr: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def csr_arrays(csr: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A CPU CSR tensor's (indptr, indices, float64 data) as numpy arrays, for the kernels."""
     return (
         csr.crow_indices().numpy(),
         csr.col_indices().numpy(),
@@ -46,7 +47,7 @@ def gram_blocks(columns: Tensor, W: Tensor, n_obs: int) -> Tensor:
     X^T (rows sorted within each column)."""
     B, K = W.shape
     out = np.zeros((B, K, K))
-    over_threads(_gram_blocks, B, *_parts(columns), W.contiguous().numpy(), n_obs, out)
+    over_threads(_gram_blocks, B, *csr_arrays(columns), W.contiguous().numpy(), n_obs, out)
     return torch.from_numpy(out)
 
 
@@ -75,8 +76,8 @@ def residual_gradients(
     over_threads(
         _residual_gradients,
         B,
-        _parts(rows),
-        _parts(columns),
+        csr_arrays(rows),
+        csr_arrays(columns),
         W.contiguous().numpy(),
         b.to(torch.float64).contiguous().numpy(),
         y.to(torch.float64).contiguous().numpy(),
@@ -101,7 +102,7 @@ def _gram_blocks(indptr, indices, data, W, n_obs, out, lo, hi):  # type: ignore[
 
 
 @numba.njit(cache=True)
-def _gram_of_set(indptr, indices, data, features, n_obs):  # type: ignore[no-untyped-def]
+def gram_of_set(indptr, indices, data, features, n_obs):  # type: ignore[no-untyped-def]
     """X_F^T X_F (S, S) of one set of features F (S,)."""
     out = np.zeros((features.size, features.size))
     _fill_gram(indptr, indices, data, features, np.zeros(n_obs, dtype=np.int64), out)
