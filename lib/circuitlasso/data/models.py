@@ -88,14 +88,22 @@ def gpt2_tokenizer(path: str | Path | None = None) -> PreTrainedTokenizerFast:
     bpe = Tokenizer(BPE.from_file(str(files["vocab.json"]), str(files["merges.txt"])))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
+    return lens_tokenizer(bpe, "gpt2", bos=GPT2_ENDOFTEXT)
+
+
+def lens_tokenizer(
+    tokenizer: Tokenizer, name: str, *, bos: str, pad: str | None = None, unk: str | None = None
+) -> PreTrainedTokenizerFast:
+    """``tokenizer`` wrapped as TransformerLens uses it: ``bos`` is also EOS, and PAD and UNK
+    where those are not given; ``add_bos_token`` says that ``encode`` starts with BOS; batches
+    pad on the right."""
+    special = {"bos_token": bos, "eos_token": bos, "pad_token": pad or bos, "unk_token": unk or bos}
     return PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        name_or_path="gpt2",
-        bos_token=GPT2_ENDOFTEXT,
-        eos_token=GPT2_ENDOFTEXT,
-        unk_token=GPT2_ENDOFTEXT,
-        pad_token=GPT2_ENDOFTEXT,
+        tokenizer_object=tokenizer,
+        name_or_path=name,
         add_bos_token=True,
+        padding_side="right",
+        **special,
     )
 
 

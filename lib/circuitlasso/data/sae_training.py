@@ -56,12 +56,16 @@ class SAEConfig:
     0.8 and at most 10 % dead features on every layer."""
 
     width: int = 1536
+    """Latents."""
     k: int = 32
+    """Latents active per token (TopK)."""
     training_tokens: int = 900_000
     rounds: int = 3
+    """Runs of sae-lens's trainer; dead latents are re-initialized between them."""
     batch_tokens: int = 512
     lr: float = 1e-2
     seed: int = 0
+    """Layer ``l``'s SAE is seeded with ``seed + l``."""
     b_dec_init: str = "zeros"
 
     def __post_init__(self) -> None:

@@ -38,13 +38,19 @@ class LMConfig:
     """Architecture and training schedule of the toy language model."""
 
     n_layers: int = 4
+    """Transformer blocks."""
     d_model: int = 128
+    """Width of the residual stream (a multiple of ``n_heads``)."""
     n_heads: int = 4
     d_mlp: int = 512
     n_ctx: int = 64
+    """Longest sequence, in tokens (BOS included)."""
     epochs: int = 3
+    """Passes over the training texts."""
     batch_tokens: int = 4096
+    """Tokens per optimizer step (texts of similar length are batched together)."""
     lr: float = 3e-3
+    """AdamW's peak learning rate: linear warm-up over ``warmup_steps``, then cosine decay."""
     weight_decay: float = 0.01
     warmup_steps: int = 100
 

@@ -45,23 +45,26 @@ _EXPECTED_WARNINGS = (
 
 @dataclass(frozen=True)
 class SAETrainingConfig:
-    """TopK SAE width and sparsity, and the training schedule.
-
-    ``training_tokens`` (real tokens, all rounds together) is split evenly over ``rounds``;
-    dead latents are found on ``resample_documents`` training documents.
-    """
+    """TopK SAE width and sparsity, and the training schedule (sae-lens's runner)."""
 
     expansion: int = 16
+    """Latents per dimension of the residual stream."""
     k: int = 32
+    """Latents active per token."""
     training_tokens: int = 1_000_000
+    """Real tokens, all rounds together, split evenly over ``rounds``."""
     rounds: int = 5
+    """Runs of the trainer; dead latents are re-initialized between them."""
     batch_tokens: int = 2048
     lr: float = 1e-3
+    """Peak learning rate of each round: ``warmup_steps`` of warm-up, then cosine decay."""
     warmup_steps: int = 20
     dead_feature_window: int = 100
+    """Steps without firing after which sae-lens counts a latent as dead."""
     buffer_batches: int = 64
     store_batch_documents: int = 64
     resample_documents: int = 8000
+    """Training documents on which dead latents are found and re-initialized."""
 
 
 def runner_config(

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from circuitlasso.cache import atomic_path
+from circuitlasso.data.models import lens_tokenizer
 
 BOS, PAD, UNK = "<bos>", "<pad>", "<unk>"
 SPECIAL_TOKENS = (BOS, PAD, UNK)
@@ -39,17 +40,8 @@ def build_tokenizer(words: Sequence[str]) -> PreTrainedTokenizerFast:
 
 
 def _wrap(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
-    """The HF wrapper; ``add_bos_token`` tells TransformerLens the BOS is already added."""
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=BOS,
-        eos_token=BOS,
-        pad_token=PAD,
-        unk_token=UNK,
-        add_bos_token=True,
-        padding_side="right",
-        name_or_path="circuitlasso-toyworld",
-    )
+    """The wrapper TransformerLens reads (the post-processor has already added the BOS)."""
+    return lens_tokenizer(tokenizer, "circuitlasso-toyworld", bos=BOS, pad=PAD, unk=UNK)
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, path: Path) -> None:

@@ -327,25 +327,27 @@ def _lasso_methods(
 
 @dataclass(frozen=True)
 class ComparisonOptions:
-    """The knobs of :func:`compare_methods` that every model of a comparison shares.
-
-    ``gender_concepts``: the concepts CBP leaves out of its bottleneck; ``C``: inverse l2
-    penalty of the probes; ``lam_ratio``: l1 penalty of ``A_{s,y}``, a fraction of its
-    ``lam_max`` (the retrained one keeps the same ``lam``); the automatic gender rule flags, among
-    the top ``n_candidates`` features, those whose swap effect reaches ``swap_threshold``; the
-    attribution (``steps`` IG steps) reads the first ``attribution_prompts`` ambiguous training
-    texts, the rule and the top tokens the first ``label_prompts``; ``batch_size`` prompts per
-    forward pass."""
+    """The knobs of :func:`compare_methods` that every model of a comparison shares."""
 
     gender_concepts: tuple[str, ...] = ("male", "female")
+    """The concepts CBP leaves out of its bottleneck."""
     C: float = 1.0
+    """Inverse l2 penalty of the probes."""
     lam_ratio: float = 0.09
+    """l1 penalty of ``A_{s,y}``, a fraction of its ``lam_max`` (the retrained one keeps the same
+    ``lam``)."""
     n_candidates: int = 100
+    """The automatic gender rule looks at the top ``n_candidates`` features."""
     attribution_prompts: int = 200
+    """The attribution reads the first ``attribution_prompts`` ambiguous training texts."""
     steps: int = 10
+    """Integrated-gradient steps of the attribution."""
     label_prompts: int = 200
+    """The gender rule and the top tokens read the first ``label_prompts`` training texts."""
     swap_threshold: float = 0.25
+    """The gender rule flags the candidates whose swap effect reaches ``swap_threshold``."""
     batch_size: int = 64
+    """Prompts per forward pass."""
 
 
 def compare_methods(
