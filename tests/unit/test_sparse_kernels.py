@@ -8,7 +8,7 @@ import torch
 
 from circuitlasso.solve._sparse import csr_from_scipy, csr_transpose
 from circuitlasso.solve.screen import score
-from circuitlasso.solve.sparse_kernels import gram_blocks, residual_gradients
+from circuitlasso.solve.sparse_kernels import gathered_outputs, gram_blocks, residual_gradients
 
 M, P, B, K = 120, 70, 9, 12
 
@@ -91,6 +91,38 @@ def test_results_do_not_depend_on_the_threads():
     torch.set_num_threads(before)
     for one, two in zip(*results, strict=True):
         assert torch.equal(one, two)
+
+
+def test_an_outputs_gradient_is_the_same_alone_and_in_a_large_mixed_batch(threads):
+    """70 outputs, half on a few rows (scattered), half dense (gathered in several groups, the
+    last one partial): each has the bits it has when solved alone."""
+    _, rows, columns = _design()
+    rng = np.random.default_rng(6)
+    n = 70
+    W = torch.from_numpy(np.stack([np.sort(rng.choice(P, K, replace=False)) for _ in range(n)]))
+    b = torch.from_numpy(rng.standard_normal(W.shape))
+    y = rng.standard_normal((n, M))
+    y[::2] = 0.0
+    y[::2, :3] = 1.0
+    b[::2, 1:] = 0.0
+    y_t, mu = torch.from_numpy(y), torch.ones(P) / 3
+    batch = residual_gradients(rows, columns, W, b, y_t, mu, y_t.mean(1))
+    for j in range(n):
+        alone = residual_gradients(rows, columns, W[j : j + 1], b[j : j + 1], y_t[j : j + 1],
+                                   mu, y_t[j : j + 1].mean(1))  # fmt: skip
+        for part, whole in zip(alone, batch, strict=True):
+            assert torch.equal(part[0], whole[j])
+
+
+def test_a_batch_gathers_the_outputs_that_share_a_read_of_X():
+    """A residual on every row, alone, scatters (a read of X costs more than its entries); 40
+    of them gather, and outputs on a few rows beside them still scatter."""
+    nnz = 1000
+    assert gathered_outputs(np.array([nnz]), nnz).size == 0
+    full = np.full(40, nnz)
+    np.testing.assert_array_equal(gathered_outputs(full, nnz), np.arange(40))
+    mixed = np.concatenate([np.full(5, 10), full])
+    np.testing.assert_array_equal(gathered_outputs(mixed, nnz), np.arange(5, 45))
 
 
 @pytest.mark.parametrize("unit_weights", [True, False])

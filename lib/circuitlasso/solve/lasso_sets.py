@@ -36,10 +36,11 @@ from circuitlasso.solve.workset import LASSO_POLICY, inner_tolerance, next_size,
 
 SCORE_BYTES = 12 * 8
 """Bytes per gradient entry taken by scoring and selecting working sets (`screen`)."""
-CPU_CERTIFICATE_ENTRIES = 2**20
+CPU_CERTIFICATE_ENTRIES = 2**22
 CPU_SOLVE_ENTRIES = 2**21
 """On the CPU, batches stay small enough for the cache: a certificate batch holds at most
-CPU_CERTIFICATE_ENTRIES gradient entries (8 MiB in float64) and a solve batch at most
+CPU_CERTIFICATE_ENTRIES gradient entries (32 MiB in float64: at p = 48k still 87 outputs, enough
+for full groups of `sparse_kernels.GATHER_OUTPUTS` on every thread) and a solve batch at most
 CPU_SOLVE_ENTRIES Gram-block entries (16 MiB), so that their many passes do not stream from
 main memory. (On a GPU the budget alone sizes them: larger batches there mean fewer kernels.)"""
 INNER_SOLVER_BYTES = 6 * 8

@@ -6,10 +6,12 @@ working set W_j and coefficients b_j:
   - `gram_blocks`: X_W^T X_W (K, K) from the columns of W alone, row by row (sum over the rows
     of (entries in W)^2 / 2, no dense p x p Gram);
   - `residual_gradients`: u = y - X_W b (M,) from the columns of W, then X^T u (p,), by
-    scattering the rows where u is nonzero when they hold fewer entries than X (a residual
-    on a few rows costs those rows), else by gathering each column against u.
-Every sum runs in float64, in an order fixed by the data (rows ascending within a column),
-so an output's result does not depend on its batch or on the threads (`solve.threads`).
+    scattering the rows where u is nonzero (a residual on a few rows costs those rows) or by
+    gathering each column of X against a group of residuals (one read of X serves the group),
+    whichever costs the batch less (`gathered_outputs`).
+Every sum runs in float64, in an order fixed by the data (rows ascending within a column; a
+scatter and a gather add the same products in the same order), so an output's result does not
+depend on its batch or on the threads (`solve.threads`).
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from torch import Tensor
 
 from circuitlasso.solve.threads import over_threads
 
-SCATTER_SHARE = 0.5
-"""X^T u scatters the rows where u is nonzero when they hold fewer than this share of X's
-entries; else it gathers every column, GATHER_OUTPUTS residuals at a time. (A scatter writes
-into one output's p gradients, a gather reads a group's rows of residuals: on the solver sweep's
-shapes neither wins everywhere; between 0.2 and 1, 0.5 was the best compromise measured.)"""
+GATHER_OUTPUTS = 32
+"""Residuals gathered together, at most: each entry of X read once serves that many outputs."""
+GATHER_PASS = 2.0
+GATHER_OUTPUT = 0.1
+"""X^T u costs a scatter of the rows where u is nonzero, about 1 per entry they hold (1.6 to
+2.7 ns on the solver sweep's shapes), or a share of a gather that reads every entry of X for a
+group of outputs, about GATHER_PASS + GATHER_OUTPUT per output of the group, per entry of X, in
+the same units (measured from 1 to 32 outputs a group on three of the sweep's shapes: 3.5 to 3.8
+ns, plus 0.26 to 0.43 ns an output). A batch gathers the outputs with the most touched entries,
+as many as make its total cost least."""
 MIRROR_TILE = 32
 """Side of the tiles in which a Gram block's upper triangle is copied to its lower one."""
-GATHER_OUTPUTS = 8
-"""Residuals gathered together: each entry of X read once serves that many outputs (the index
-and value read cost more than one multiply-add)."""
 
 
 def csr_arrays(csr: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -64,33 +68,43 @@ def residual_gradients(
     coefficients b (B, K) on W (B, K) (padding carries b = 0) and dense targets y (B, M);
     `rows`: X (M, p) as CSR, `columns`: X^T as CSR. With column means mu (p,) and target means
     y_mean (B,), X~ = X - 1 mu^T and y_c = y - y_mean are centered implicitly (X~^T r =
-    X^T u - M mean(u) mu for u = y - X_W b, and r = u - mean(u)); without them nothing is."""
+    X^T u - M mean(u) mu for u = y - X_W b, and r = u - mean(u)); without them nothing is.
+
+    Two passes over threads: every output's residual, then its product, scattered or gathered
+    (`gathered_outputs`)."""
     B, M = y.shape
     if mu is None or y_mean is None:
         mu, y_mean, centered = torch.zeros(1), torch.zeros(B), False
     else:
         centered = True
-    u = y.to(torch.float64).contiguous().clone().numpy()
+    X, XT = csr_arrays(rows), csr_arrays(columns)
+    y64 = y.to(torch.float64).contiguous().numpy()
+    u = y64.copy()
+    touched = np.zeros(B, dtype=np.int64)
+    W_, b_ = W.contiguous().numpy(), b.to(torch.float64).contiguous().numpy()
+    over_threads(_residuals, B, X[0], XT, W_, b_, u, touched)
+    gathered = gathered_outputs(touched, int(X[0][-1]))
+    n_groups = -(-gathered.size // GATHER_OUTPUTS)
+    starts = np.linspace(0, gathered.size, n_groups + 1).round().astype(np.int64)
+    scattered = np.setdiff1d(np.arange(B), gathered)
     g = np.zeros((B, columns.shape[0]))
     sums = np.zeros((B, 2))
-    over_threads(
-        _residual_gradients,
-        B,
-        csr_arrays(rows),
-        csr_arrays(columns),
-        W.contiguous().numpy(),
-        b.to(torch.float64).contiguous().numpy(),
-        y.to(torch.float64).contiguous().numpy(),
-        mu.double().contiguous().numpy(),
-        y_mean.double().contiguous().numpy(),
-        centered,
-        u,
-        g,
-        sums,
-        grain=GATHER_OUTPUTS,
-    )
+    centering = (y64, mu.double().contiguous().numpy(), y_mean.double().contiguous().numpy())
+    products = (X, XT, gathered, starts, scattered, u, g, *centering, centered, sums)
+    over_threads(_products, n_groups + scattered.size, *products)
     sums_t = torch.from_numpy(sums)
     return torch.from_numpy(g), sums_t[:, 0].contiguous(), sums_t[:, 1].contiguous()
+
+
+def gathered_outputs(touched: np.ndarray, nnz: int) -> np.ndarray:
+    """The outputs (ascending) whose X^T u is gathered rather than scattered, given the entries
+    of X (nnz in all) on the rows each residual touches (B,): those with the most, as many as
+    make the cost least (GATHER_PASS)."""
+    order = np.argsort(-touched, kind="stable")
+    n = np.arange(touched.size + 1)
+    scatter = touched.sum() - np.concatenate([[0], np.cumsum(touched[order])])
+    gather = nnz * (GATHER_PASS * -(-n // GATHER_OUTPUTS) + GATHER_OUTPUT * n)
+    return np.sort(order[: int(np.argmin(scatter + gather))])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -160,59 +174,74 @@ def _fill_gram(indptr, indices, data, features, start, block):  # type: ignore[n
 
 
 @numba.njit(cache=True, nogil=True)
-def _residual_gradients(X, XT, W, b, y, mu, y_mean, centered, u, g, sums, lo, hi):  # type: ignore[no-untyped-def]
-    """For j in [lo, hi): u[j] = y[j] - X_W b[j], g[j] = X^T u[j] (residuals on few rows scatter
-    those rows; the others gather each column, GATHER_OUTPUTS residuals at a time: one read of X
-    for all of them, each sum in the same order whatever the group), then the centering and
-    sums[j] = (||r||^2, <y_c, r>). X, XT: the CSR parts (indptr, indices, data) of X and X^T."""
-    r_indptr, r_indices, r_data = X
+def _residuals(row_starts, XT, W, b, u, touched, lo, hi):  # type: ignore[no-untyped-def]
+    """For j in [lo, hi): u[j] -= X_W b[j] (u holds y), and touched[j] = the entries of X on
+    the rows where u[j] is nonzero. XT: the CSR parts (indptr, indices, data) of X^T."""
     c_indptr, c_indices, c_data = XT
-    M = u.shape[1]
-    p = g.shape[1]
-    nnz = r_indptr[M]
-    gather = np.empty(hi - lo, dtype=np.int64)
-    n_gather = 0
     for j in range(lo, hi):
         uj = u[j]
-        gj = g[j]
         for i in range(W.shape[1]):
             coefficient = b[j, i]
             if coefficient != 0.0:
                 feature = W[j, i]
                 for t in range(c_indptr[feature], c_indptr[feature + 1]):
                     uj[c_indices[t]] -= c_data[t] * coefficient
-        touched = 0
-        for m in range(M):
+        count = 0
+        for m in range(uj.size):
             if uj[m] != 0.0:
-                touched += r_indptr[m + 1] - r_indptr[m]
-        if touched >= SCATTER_SHARE * nnz:
-            gather[n_gather] = j
-            n_gather += 1
-            continue
+                count += row_starts[m + 1] - row_starts[m]
+        touched[j] = count
+
+
+@numba.njit(cache=True, nogil=True)
+def _products(X, XT, gathered, starts, scattered, u, g, y, mu, y_mean, centered, sums, lo, hi):  # type: ignore[no-untyped-def]
+    """Items [lo, hi): the groups of `gathered` first (group q: gathered[starts[q]:starts[q+1]]),
+    then the outputs of `scattered`. g[j] = X^T u[j], centered, and sums[j] for each output j:
+    a group gathers each column of X against its residuals (one read of X for all of them), an
+    output alone scatters its residual's nonzero rows. X, XT: the CSR parts of X and X^T."""
+    n_groups = starts.size - 1
+    for item in range(lo, hi):
+        if item < n_groups:
+            members = gathered[starts[item] : starts[item + 1]]
+            _gather(XT, members, u, g)
+        else:
+            members = scattered[item - n_groups : item - n_groups + 1]
+            _scatter(X, u[members[0]], g[members[0]])
+        for j in members:
+            _center(u[j], g[j], y[j], mu, y_mean[j], centered, sums[j])
+
+
+@numba.njit(cache=True)
+def _scatter(X, u, g):  # type: ignore[no-untyped-def]
+    """g += X^T u (p,) from the rows where u (M,) is nonzero."""
+    r_indptr, r_indices, r_data = X
+    for m in range(u.size):
+        um = u[m]
+        if um != 0.0:
+            for t in range(r_indptr[m], r_indptr[m + 1]):
+                g[r_indices[t]] += r_data[t] * um
+
+
+@numba.njit(cache=True)
+def _gather(XT, members, u, g):  # type: ignore[no-untyped-def]
+    """g[j] = X^T u[j] for the outputs j of `members` at once: column by column of X, rows
+    ascending (each sum in the same order whatever the group)."""
+    c_indptr, c_indices, c_data = XT
+    n, M = members.size, u.shape[1]
+    group = np.empty((M, n))
+    for c in range(n):
         for m in range(M):
-            um = uj[m]
-            if um != 0.0:
-                for t in range(r_indptr[m], r_indptr[m + 1]):
-                    gj[r_indices[t]] += r_data[t] * um
-    group = np.zeros((M, GATHER_OUTPUTS))  # a partial group's unused columns stay zero
-    acc = np.empty(GATHER_OUTPUTS)
-    for first in range(0, n_gather, GATHER_OUTPUTS):
-        n = min(GATHER_OUTPUTS, n_gather - first)
-        for c in range(n):
-            for m in range(M):
-                group[m, c] = u[gather[first + c], m]
-        for k in range(p):
-            for c in range(GATHER_OUTPUTS):
-                acc[c] = 0.0
-            for t in range(c_indptr[k], c_indptr[k + 1]):
-                x = c_data[t]
-                row = group[c_indices[t]]
-                for c in range(GATHER_OUTPUTS):
-                    acc[c] += x * row[c]
+            group[m, c] = u[members[c], m]
+    acc = np.empty(n)
+    for k in range(g.shape[1]):
+        acc[:] = 0.0
+        for t in range(c_indptr[k], c_indptr[k + 1]):
+            x = c_data[t]
+            row = group[c_indices[t]]
             for c in range(n):
-                g[gather[first + c], k] = acc[c]
-    for j in range(lo, hi):
-        _center(u[j], g[j], y[j], mu, y_mean[j], centered, sums[j])
+                acc[c] += x * row[c]
+        for c in range(n):
+            g[members[c], k] = acc[c]
 
 
 @numba.njit(cache=True)

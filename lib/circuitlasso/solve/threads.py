@@ -30,16 +30,15 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return _pools[threads]
 
 
-def over_threads(kernel: Callable[..., None], n: int, *arrays: Any, grain: int = 1) -> None:
-    """Run kernel(*arrays, lo, hi) over [0, n) in ranges of a multiple of `grain` items, on
-    `torch.get_num_threads()` threads."""
+def over_threads(kernel: Callable[..., None], n: int, *arrays: Any) -> None:
+    """Run kernel(*arrays, lo, hi) over [0, n) in ranges, on `torch.get_num_threads()`
+    threads."""
     threads = min(torch.get_num_threads(), n)
     if threads <= 1:
         if n:
             kernel(*arrays, 0, n)
         return
     step = max(1, -(-n // (threads * RANGES_PER_THREAD)))
-    step = -(-step // grain) * grain
     pool = _pool(threads)
     jobs = [pool.submit(kernel, *arrays, lo, min(n, lo + step)) for lo in range(0, n, step)]
     for job in jobs:
