@@ -178,3 +178,15 @@ def test_a_solve_within_a_small_budget_equals_the_unconstrained_solve():
     assert np.abs(np.array(small["objective"]) - objective).max() <= 1e-5 * objective.max()
     diff = np.abs(np.array(small["coef"]) - np.array(free["coef"])).max()
     assert diff <= 1e-3 * free["coef_max"]
+
+
+def test_sets_whose_gram_block_outgrows_the_cap_are_solved_on_their_columns():
+    """Dense columns (182 entries, more than COLUMN_SHARE of the sets) take Gram blocks up to
+    GRAM_BLOCK_BYTES (K = 1448 in float64), and their columns beyond."""
+    M, p = 182, 1449
+    X = sp.csr_matrix(np.random.default_rng(0).standard_normal((M, p)))
+    x = csr_from_scipy(X, torch.float64, torch.device("cpu"))
+    y_t = torch.zeros(1, M, dtype=torch.float64)
+    problem = SparseProblem(x, None, y_t, 0, torch.float64)
+    assert not problem.columns_pay(torch.arange(1448).unsqueeze(0))
+    assert problem.columns_pay(torch.arange(1449).unsqueeze(0))

@@ -41,12 +41,16 @@ CPU_SOLVE_ENTRIES = 2**21
 """On the CPU, batches stay small enough for the cache: a certificate batch holds at most
 CPU_CERTIFICATE_ENTRIES gradient entries (32 MiB in float64: at p = 48k still 87 outputs, enough
 for full groups of `sparse_kernels.GATHER_OUTPUTS` on every thread) and a solve batch at most
-CPU_SOLVE_ENTRIES Gram-block entries (16 MiB), so that their many passes do not stream from
-main memory. (On a GPU the budget alone sizes them: larger batches there mean fewer kernels.)"""
+CPU_SOLVE_ENTRIES Gram-block entries (16 MiB), or residual entries where it solves on the sets'
+columns, so that their many passes do not stream from main memory. (On a GPU the budget alone
+sizes them: larger batches there mean fewer kernels.)"""
 INNER_SOLVER_BYTES = 6 * 8
 """Bytes per Gram-block entry taken by the inner solver: float64 copies of Q alive at once
 (FISTA's: the batch's, its compaction as problems finish, the support systems and their
 factors; coordinate descent takes fewer)."""
+COLUMN_SOLVE_ROWS = 3
+"""Float64 rows of length M per output of a solve on the sets' columns (the dense target, the
+residual, the coordinate loop's copy)."""
 
 
 @dataclass
@@ -116,10 +120,16 @@ class Budget:
             step = min(step, max(1, CPU_CERTIFICATE_ENTRIES // max(1, self.problem.n_features)))
         return step
 
-    def solve_batch(self, k: int) -> int:
-        step = batch_size(self._free(), self._solve_bytes(k))
+    def solve_batch(self, k: int, on_columns: bool = False) -> int:
+        """Outputs per restricted solve on sets of size k, on Gram blocks or `on_columns`."""
+        if on_columns:
+            entries = COLUMN_SOLVE_ROWS * self.problem.n_obs
+            step = batch_size(self._free(), 8 * entries)
+        else:
+            entries = k * k
+            step = batch_size(self._free(), self._solve_bytes(k))
         if self.on_cpu:
-            step = min(step, max(1, CPU_SOLVE_ENTRIES // (k * k)))
+            step = min(step, max(1, CPU_SOLVE_ENTRIES // entries))
         return step
 
     def largest_set(self, start: int) -> int:
@@ -262,7 +272,8 @@ class _LassoRounds:
         sizes = state.size[pending]
         for k in sizes.unique().tolist():
             bucket = pending[sizes == k]
-            step = self.budget.solve_batch(k)
+            columns = _solved_on_columns(problem, state.W[bucket, :k])
+            step = self.budget.solve_batch(k, columns is not None)
             for start in range(0, bucket.numel(), step):
                 rows = bucket[start : start + step]
                 W, b = state.W[rows, :k], state.b[rows, :k]
@@ -273,11 +284,11 @@ class _LassoRounds:
                 scale = M if self.stop == "gap" else 1
                 tol = scale * self.inner_tol[rows]
                 options: InnerOptions = {"stop": self.stop, "max_iter": iterations}
-                if isinstance(problem, SparseProblem) and problem.columns_pay(W):
-                    y = problem.target_rows(rows).to_dense()
-                    y_mean = problem.ybar[rows] if problem.ybar is not None else None
+                if columns is not None:
+                    y = columns.target_rows(rows).to_dense()
+                    y_mean = columns.ybar[rows] if columns.ybar is not None else None
                     b_new, iters, ok = column_descent(
-                        problem.Xst, problem.mu, y, y_mean, W, b, w, tol, **options
+                        columns.Xst, columns.mu, y, y_mean, W, b, w, tol, **options
                     )
                 else:  # on the Gram blocks
                     Q = problem.gram(W).double()
@@ -287,6 +298,11 @@ class _LassoRounds:
                 state.b[rows, :k] = b_new
                 self.n_iter[rows] += iters
                 self.inner_converged[rows] = ok
+
+
+def _solved_on_columns(problem: LassoProblem, W: Tensor) -> SparseProblem | None:
+    """`problem` where its working sets W (B, K) are solved on their columns, else None."""
+    return problem if isinstance(problem, SparseProblem) and problem.columns_pay(W) else None
 
 
 def inner_solver(device: torch.device) -> Callable[..., tuple[Tensor, Tensor, Tensor]]:

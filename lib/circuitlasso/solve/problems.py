@@ -60,6 +60,10 @@ product. (On the CPU `sparse_kernels` picks rows or columns output by output.)""
 COLUMN_SHARE = 0.125
 """Working sets are solved on their columns where a column holds fewer than this share of the
 set's size in entries (see `SparseProblem.columns_pay`)."""
+GRAM_BLOCK_BYTES = 2**24
+"""... and where their float64 Gram block would be larger than this (K > 1448): built by random
+additions into memory outside the cache, and read from there every epoch, such a block cost the
+solver sweep's largest sets (K 1400 to 1728) twice the time of a descent on their columns."""
 BLOCK_OUTPUTS = 256
 """Outputs per block-diagonal sparse product (larger ones sort more entries at once)."""
 F64 = 8
@@ -278,11 +282,13 @@ class SparseProblem:
         (`solve.coordinate.column_descent`) rather than on Gram blocks: on the CPU, where their
         columns hold fewer than COLUMN_SHARE x K entries on average (an epoch then reads fewer
         numbers than a Gram epoch, and no block is formed). The sets' own columns count: under
-        a power law the features that enter are the frequent ones."""
+        a power law the features that enter are the frequent ones. Sets whose Gram block would
+        exceed GRAM_BLOCK_BYTES too."""
         if not self.on_cpu or W.numel() == 0:
             return False
+        K = W.shape[1]
         column = self.column_entries[W].double().mean()
-        return bool(column < COLUMN_SHARE * W.shape[1])
+        return bool(column < COLUMN_SHARE * K) or K * K * F64 > GRAM_BLOCK_BYTES
 
     def gradient(self, cols: Tensor, W: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         M = self.n_obs
