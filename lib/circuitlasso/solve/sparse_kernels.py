@@ -27,7 +27,7 @@ GATHER_OUTPUTS = 32
 """Residuals gathered together, at most: each entry of X read once serves that many outputs."""
 GATHER_PASS = 2.0
 GATHER_OUTPUT = 0.1
-"""X^T u costs a scatter of the rows where u is nonzero, about 1 per entry they hold (1.6 to
+"""X^T u costs a scatter of the rows where u is nonzero, about 1 per entry they hold (1.3 to
 2.7 ns on the solver sweep's shapes), or a share of a gather that reads every entry of X for a
 group of outputs, about GATHER_PASS + GATHER_OUTPUT per output of the group, per entry of X, in
 the same units (measured from 1 to 32 outputs a group on three of the sweep's shapes: 3.5 to 3.8
