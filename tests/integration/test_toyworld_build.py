@@ -14,6 +14,7 @@ from sae_lens import StandardSAE, StandardSAEConfig
 from safetensors.torch import load_file
 
 from circuitlasso.data.artifacts import MANIFEST_FILE, REPORT_FILE, manifest_mismatches
+from circuitlasso.data.sae_training import QUALITY_BATCH, sae_quality
 from circuitlasso.data.toyworld import (
     build_toy_world,
     default_toy_dir,
@@ -26,7 +27,6 @@ from circuitlasso.data.toyworld.report import (
     category_features,
     encode,
     mean_pool,
-    sae_quality,
     top_activating_tokens,
 )
 
@@ -137,7 +137,7 @@ def test_report_metrics_match_direct_computation() -> None:
         for parameter in sae.parameters():
             parameter.normal_()
         sae.b_enc -= 2.0  # some features never fire
-    x = torch.randn(ENCODE_BATCH + 904, 6)  # more than one encoding batch
+    x = torch.randn(max(ENCODE_BATCH, QUALITY_BATCH) + 904, 6)  # more than one encoding batch
     with torch.no_grad():
         features = sae.encode(x)
         residual = ((sae.decode(features) - x) ** 2).sum()

@@ -397,12 +397,13 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
             X_test_edited
         ),
     }
-    # CircuitLasso removes the six largest coefficients of A_{s,y} (lam_ratio 0.09,
-    # compare_methods' default); by hand: the columns set to 0 by assignment, and the fit
-    # repeated without them at the same penalty lam
+    # CircuitLasso removes six features of A_{s,y}'s support (lam_ratio 0.09, compare_methods'
+    # default): those of the largest gap between the genders above; by hand: the columns set to
+    # 0 by assignment, and the fit repeated without them at the same penalty lam
     Z, Z_test = collect("ambiguous_train"), collect("balanced_test")
     fit = fit_label(Z, y, 0.09, layer=LAST)
-    top = [int(f) for f in np.argsort(-np.abs(fit.coef), kind="stable")[:6]]
+    support = np.flatnonzero(fit.coef)
+    top = [int(f) for f in support[np.argsort(-gap[support], kind="stable")[:6]]]
 
     def without(features: sp.csr_matrix) -> np.ndarray:
         dense = features.toarray()
@@ -432,14 +433,14 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
     assert table.loc["CircuitLasso-no-removal", "features"] == 0
     unedited = expected["CircuitLasso-no-removal"]
     # not vacuous (measured on these 120 biographies): the ORIGINAL probe follows gender (gender
-    # accuracy 92.5), SHIFT's edit changes 5 of its predictions and the retrain 3; the
-    # classifier A_{s,y} follows gender too (99.2), without its six largest coefficients'
-    # features much less (58.3), and the refit reads more of the profession (77.5 against 51.7)
+    # accuracy 92.5), SHIFT's edit changes 6 of its predictions and the retrain 6; the
+    # classifier A_{s,y} follows gender too (100), without the six features at chance (50.8),
+    # and the refit draws in other gendered features and follows gender again (100)
     assert expected["ORIGINAL"]["gender"] > 85
     assert np.sum(by_hand["SHIFT"] != by_hand["ORIGINAL"]) >= 3
-    assert np.sum(by_hand["SHIFT-retrain"] != by_hand["ORIGINAL"]) >= 2
+    assert np.sum(by_hand["SHIFT-retrain"] != by_hand["ORIGINAL"]) >= 3
     assert unedited["gender"] > 95 and expected["CircuitLasso"]["gender"] < unedited["gender"] - 30
-    assert expected["CircuitLasso-retrain"]["profession"] > unedited["profession"] + 15
+    assert expected["CircuitLasso-retrain"]["gender"] > expected["CircuitLasso"]["gender"] + 30
 
 
 @pytest.mark.slow  # trains every method's probes
@@ -476,7 +477,7 @@ def test_on_the_toy_world_removing_the_rules_gender_features_is_what_debiases(to
     flagged = candidates.loc[candidates["gendered"], "feature"].tolist()
     male = (splits["balanced_train"]["gender"] == "male").to_numpy()
     truth = toy_truth(candidates, {LAST: features("balanced_train")}, male)["by_prompts"]
-    # measured: 18 candidates, 4 truly gendered, 3 flagged, all of them truly gendered
+    # measured: 20 candidates, 7 truly gendered, 7 flagged, all of them truly gendered
     assert 0 < truth.sum() < len(candidates)  # gender and profession features both
     found = precision_recall(candidates["gendered"], truth)
     assert found["precision"] == 1.0 and found["recall"] >= 0.7
@@ -485,8 +486,8 @@ def test_on_the_toy_world_removing_the_rules_gender_features_is_what_debiases(to
         return accuracies((fit.predict_proba(Z_seen) > 0.5).astype(int), test, PROFESSIONS)
 
     before, after = scores(Z_test), scores(zero_columns(Z_test, flagged))
-    # measured: no removal 87.1 / 62.9 / 53.2 (profession / gender / worst group), removal
-    # 98.8 / 49.6 / 96.8
+    # measured: no removal 53.5 / 96.5 / 1.6 (profession / gender / worst group), removal
+    # 94.2 / 49.2 / 86.8
     assert before["gender"] > 60 and before["worst_group"] < worst["ORACLE"] - 30
     assert after["worst_group"] - before["worst_group"] > 30
     assert abs(after["gender"] - 50) < 3 and after["profession"] > before["profession"]
@@ -502,13 +503,14 @@ def test_rule_vs_toy_truth_is_the_sections_former_inline_computation(toy, splits
         return pd.DataFrame({"layer": [s for s, _ in nodes], "feature": [f for _, f in nodes],
                              "tokens": tokens, "gendered": flags})  # fmt: skip
 
-    # a name feature, two full-stop features and a profession feature (the committed toy run)
-    shift = candidates([(0, 2040), (3, 1149), (3, 1519), (1, 680)],
-                       [Counter({"ruth": 4, "mary": 2}), Counter({".": 20}),
-                        Counter({"teaches": 20}), Counter({"of": 12, "in": 8})],
+    # a name feature, a full-stop feature, a profession feature and a preposition feature; two
+    # full-stop features and a profession feature (the committed toy run)
+    shift = candidates([(0, 669), (3, 950), (0, 817), (1, 1606)],
+                       [Counter({"jane": 4, "olivia": 3}), Counter({".": 20}),
+                        Counter({"teaches": 10, "was": 7}), Counter({"with": 17, "in": 3})],
                        [True, True, False, True])  # fmt: skip
-    lasso = candidates([(3, 1149), (3, 687), (3, 66)],
-                       [Counter({".": 20}), Counter({".": 20}), Counter({"teaches": 20})],
+    lasso = candidates([(3, 1406), (3, 840), (3, 263)],
+                       [Counter({".": 20}), Counter({".": 20}), Counter({"a": 14, "teaches": 6})],
                        [True, False, False])  # fmt: skip
     comparison = Comparison(pd.DataFrame(), {"SHIFT": shift, "CircuitLasso": lasso}, {})
     found = rule_vs_toy_truth(model, saes, comparison, {"balanced_train": balanced}, batch_size=32)

@@ -147,7 +147,7 @@ def test_toy_root_prompts_and_perturbation_match_the_direct_calls(toy_study, tra
             interpret.top_activations(s.model, s.saes[3], f, s.prompts, s.Z[3], n=4)
         )
         pd.testing.assert_frame_equal(table.reset_index(drop=True), direct)
-        assert table.index.name == f"z3.{f}  (A_L,y = {lasso.coef_[0, f]:+.3f})"
+        assert table.index.name == f"z3.{f}  (A_L,y = {lasso.coef_[0, f]:+.2f})"
     # the single-prompt test as the section wrote it before
     feature = roots[0]["feature"]
     tops = interpret.top_activations(s.model, s.saes[3], feature, s.prompts, s.Z[3], n=1)

@@ -29,29 +29,36 @@ def toy_pairs(study, n: int = 4) -> list[MinimalPair]:
 def test_the_change_is_the_per_prompt_circuits(toy_circuit) -> None:
     study, lasso, circuit = toy_circuit.study, toy_circuit.lasso, toy_circuit.circuit
     pairs = toy_pairs(study)
-    changed_word = pairs[0].changed[0]
 
     def tokens(layer: int, feature: int) -> Counter[str]:
         return Counter({changed_word: 3, "other": 1})
 
+    sentences = [s for pair in pairs for s in (pair.good, pair.bad)]
+    Z = collect_sae_features(study.model, study.saes, sentences, cache=False, progress=False)
+    readout = lasso.readout_importance(standardized=False)
+    by_hand: list[dict[str, float]] = []
+    for i in range(len(pairs)):
+        change = {}
+        for node, data in circuit.nodes(data=True):
+            rows = Z[data["layer"]][[2 * i, 2 * i + 1]]
+            z = np.abs(rows[:, [data["feature"]]].toarray().ravel())
+            if data["layer"] == lasso.readout_layer_:
+                weight = readout[data["feature"]]
+            else:
+                weight = sum(abs(c) for _, _, c in circuit.out_edges(node, data="coef"))
+            change[node] = weight * (z[0] - z[1])
+        by_hand.append(change)
+    # not vacuous: a pair whose words change a feature of the circuit (the first such pair)
+    i = next(i for i, change in enumerate(by_hand) if any(change.values()))
+    changed_word = pairs[i].changed[0]
     table = pair_table(lasso, circuit, study.model, study.saes, pairs, tokens)
     assert list(table["good"]) == [p.good for p in pairs]
-    Z = collect_sae_features(study.model, study.saes, [pairs[0].good, pairs[0].bad],
-                             cache=False, progress=False)  # fmt: skip
-    assert list(table.loc[:0, ["decision_good", "decision_bad"]].iloc[0]) == list(lasso.predict(Z))
-    readout = lasso.readout_importance(standardized=False)
-    by_hand = {}
-    for node, data in circuit.nodes(data=True):
-        z = np.abs(Z[data["layer"]][:, [data["feature"]]].toarray().ravel())
-        if data["layer"] == lasso.readout_layer_:
-            weight = readout[data["feature"]]
-        else:
-            weight = sum(abs(c) for _, _, c in circuit.out_edges(node, data="coef"))
-        by_hand[node] = weight * (z[0] - z[1])
-    top = max(by_hand, key=lambda node: abs(by_hand[node]))
-    assert table.loc[0, "top_feature"] == top
-    assert table.loc[0, "change"] == pytest.approx(by_hand[top])
-    assert bool(table.loc[0, "located"]) and table.loc[0, "top_tokens"] == f"{changed_word} other"
+    decisions = table[["decision_good", "decision_bad"]].to_numpy().ravel()
+    assert list(decisions) == list(lasso.predict(Z))
+    top = max(by_hand[i], key=lambda node: abs(by_hand[i][node]))
+    assert table.loc[i, "top_feature"] == top
+    assert table.loc[i, "change"] == pytest.approx(by_hand[i][top])
+    assert bool(table.loc[i, "located"]) and table.loc[i, "top_tokens"] == f"{changed_word} other"
 
 
 def test_decisions_and_the_summary(toy_circuit) -> None:

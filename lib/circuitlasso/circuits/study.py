@@ -215,7 +215,7 @@ class FeatureStudy:
         layer, coef = lasso.readout_layer_, np.ravel(lasso.coef_)  # (D,)
         return [
             self.top_prompts(layer, feature, n).rename_axis(
-                f"z{layer}.{feature}  (A_L,y = {coef[feature]:+.3f})"
+                f"z{layer}.{feature}  (A_L,y = {coef[feature]:+.2f})"
             )
             for feature in tr.root_features(circuit)[:roots]
         ]

@@ -10,7 +10,8 @@ one SAE per layer written with its report and manifest (:func:`build_saes`), a b
 
 The model-specific modules (:mod:`circuitlasso.data.minilm_saes`,
 :mod:`circuitlasso.data.smollm2_saes`) choose the hooks, layers, sentences and defaults; the
-toy world's SAEs (:mod:`circuitlasso.data.toyworld.saes`) share only the re-initialization.
+toy world's SAEs (:mod:`circuitlasso.data.toyworld.saes`) are trained by :func:`train_layer_sae`
+too, and written in the toy world's own layout.
 """
 
 from __future__ import annotations
@@ -178,17 +179,28 @@ def reinitialize_dead_latents(
     return len(dead)
 
 
+QUALITY_BATCH = 4096
+"""Rows encoded at a time by :func:`sae_quality` (its memory does not grow with ``T``)."""
+
+
 @torch.no_grad()
 def sae_quality(sae: SAE, acts: torch.Tensor) -> dict[str, float]:
-    """Explained variance of ``acts: (T, d)`` by the SAE's reconstruction, the share of its
-    features that never fire on them, and its mean number of active features (L0)."""
-    z = to_dense(sae.encode(acts))
-    residual = ((sae.decode(z) - acts) ** 2).sum()
-    total = ((acts - acts.mean(0)) ** 2).sum()
+    """Explained variance of ``acts: (T, d)`` by the SAE's reconstruction (1 - SSE over the sum
+    of squares about the mean), the share of its features that never fire on them, and its mean
+    number of active features (L0); encoded :data:`QUALITY_BATCH` rows at a time."""
+    sse, active = 0.0, 0
+    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool)
+    for start in range(0, len(acts), QUALITY_BATCH):
+        batch = acts[start : start + QUALITY_BATCH]
+        z = to_dense(sae.encode(batch))
+        sse += float(((sae.decode(z) - batch) ** 2).sum())
+        fired |= (z > 0).any(0).cpu()
+        active += int((z > 0).sum())
+    total = float(((acts - acts.mean(0)) ** 2).sum())
     return {
-        "explained_variance": float(1 - residual / total),
-        "dead_fraction": float((z > 0).any(0).logical_not().float().mean()),
-        "l0": float((z > 0).sum(1).float().mean()),
+        "explained_variance": 1 - sse / total,
+        "dead_fraction": 1 - float(fired.float().mean()),
+        "l0": active / len(acts),
     }
 
 

@@ -18,8 +18,11 @@ from circuitlasso.solve.fista import Subproblems, fista
 from circuitlasso.solve.logistic_design import Restricted
 from circuitlasso.solve.logistic_losses import Loss, certificate
 
-QP_MAX_ITER = 300
-"""FISTA iterations allowed for the quadratic model of one Newton step."""
+QP_MAX_ITER = 3000
+"""FISTA iterations allowed for the quadratic model of one Newton step. FISTA stops at the
+model's tolerance, so the cap binds only on an ill-conditioned Hessian (hundreds of features at a
+small lam): the toy CoLA readout at lam 1e-5, 605 features, needs over 1,000 per step; with 300
+its steps fell short and the solve stalled at a relative gap of 1e-3."""
 STALL_STEPS = 5
 STALL_FACTOR = 0.9
 """A restricted solve stops (not converged) when STALL_STEPS sweeps per column of A (binary:

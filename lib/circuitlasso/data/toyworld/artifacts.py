@@ -88,12 +88,6 @@ def sae_dir(root: Path, layer: int) -> Path:
     return root / SAES_DIR / resid_hook(layer)
 
 
-def round_saved_sae(directory: Path) -> None:
-    """Write the SAE saved in ``directory`` (sae-lens's format) again, its weights rounded to
-    ``STORED_DTYPE``."""
-    load_sae(directory).to(STORED_DTYPE).save_model(directory)
-
-
 def load_sae(directory: Path) -> SAE:
     """The SAE saved in ``directory``, in float32 on the CPU."""
     return SAE.load_from_disk(directory, device="cpu", dtype="float32")

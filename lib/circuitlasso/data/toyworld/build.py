@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from circuitlasso.data.artifacts import REPORT_FILE, staged_folder, write_json, write_manifest
-from circuitlasso.data.toyworld.artifacts import default_toy_dir, sae_dir, save_model
+from circuitlasso.data.sae_training import SAEConfig
+from circuitlasso.data.toyworld.artifacts import default_toy_dir, save_model
 from circuitlasso.data.toyworld.datasets import lm_training_texts
 from circuitlasso.data.toyworld.grammar import vocabulary
 from circuitlasso.data.toyworld.lm import (
@@ -19,39 +20,40 @@ from circuitlasso.data.toyworld.lm import (
     architecture,
     encode_documents,
     make_model,
-    pad_documents,
     train_lm,
 )
 from circuitlasso.data.toyworld.report import toy_report
-from circuitlasso.data.toyworld.saes import SAETrainingConfig, train_sae
+from circuitlasso.data.toyworld.saes import sae_texts, train_saes
 from circuitlasso.data.toyworld.tokenizer import TOKENIZER_FILE, build_tokenizer, save_tokenizer
 
 
 @dataclass(frozen=True)
 class BuildConfig:
-    """Corpus size, language model and SAE settings of a build."""
+    """Corpus size, language model and SAE settings of a build (``sae.seed`` is the build's)."""
 
     n_sentences: int
     n_biographies: int
     lm: LMConfig
-    sae: SAETrainingConfig
+    sae: SAEConfig
+    sae_texts: int
+    """Training texts, drawn at random, on whose real tokens the SAEs train."""
 
 
-FULL = BuildConfig(n_sentences=60_000, n_biographies=12_000, lm=LMConfig(), sae=SAETrainingConfig())
+FULL = BuildConfig(
+    n_sentences=60_000,
+    n_biographies=12_000,
+    lm=LMConfig(),
+    sae=SAEConfig(width=2048, training_tokens=1_000_000, rounds=5, batch_tokens=2048, lr=4e-3),
+    sae_texts=20_000,
+)
 QUICK = BuildConfig(
     n_sentences=4_000,
     n_biographies=800,
     lm=LMConfig(
         n_layers=2, d_model=32, n_heads=2, d_mlp=128, epochs=1, batch_tokens=1024, warmup_steps=10
     ),
-    sae=SAETrainingConfig(
-        training_tokens=40_000,
-        rounds=2,
-        batch_tokens=512,
-        warmup_steps=5,
-        buffer_batches=32,
-        resample_documents=500,
-    ),
+    sae=SAEConfig(width=512, training_tokens=40_000, rounds=2),
+    sae_texts=2_000,
 )
 
 
@@ -87,7 +89,8 @@ def build_toy_world(out_dir: Path | str | None = None, seed: int = 0, quick: boo
     """Generate the corpus, train the LM and one SAE per layer, and write everything (plus
     ``report.json`` and ``manifest.json``) to ``out_dir`` (default: :func:`default_toy_dir`)."""
     out = Path(out_dir) if out_dir is not None else default_toy_dir()
-    cfg = QUICK if quick else FULL
+    base = QUICK if quick else FULL
+    cfg = replace(base, sae=replace(base.sae, seed=seed))
     with _deterministic(), staged_folder(out) as stage:
         tokenizer = build_tokenizer(vocabulary())
         save_tokenizer(tokenizer, stage / TOKENIZER_FILE)
@@ -98,9 +101,7 @@ def build_toy_world(out_dir: Path | str | None = None, seed: int = 0, quick: boo
         model = make_model(arch, tokenizer)
         train_lm(model, documents, cfg.lm, seed)
         save_model(model, arch, seed, stage)
-        rows = pad_documents(documents, tokenizer.pad_token_id)
-        for layer in range(cfg.lm.n_layers):
-            train_sae(model, layer, rows, cfg.sae, sae_dir(stage, layer), seed + layer)
+        train_saes(model, sae_texts(texts, cfg.sae_texts, seed), cfg.sae, stage)
         write_json(stage / REPORT_FILE, toy_report(stage))
         _make_readable(stage)
         write_manifest(

@@ -19,6 +19,7 @@ from sae_lens import SAE
 from sklearn.linear_model import LogisticRegression
 from transformer_lens import HookedTransformer
 
+from circuitlasso.data.sae_training import sae_quality
 from circuitlasso.data.toyworld.artifacts import (
     load_toy_model,
     load_toy_saes,
@@ -46,26 +47,6 @@ ENCODE_BATCH = 4096
 def encode(sae: SAE, x: torch.Tensor) -> torch.Tensor:
     """SAE features ``(n_tokens, d_sae)`` of ``x: (n_tokens, d_in)``, batched."""
     return torch.cat([sae.encode(x[i : i + ENCODE_BATCH]) for i in range(0, len(x), ENCODE_BATCH)])
-
-
-@torch.no_grad()
-def sae_quality(sae: SAE, x: torch.Tensor) -> dict[str, float]:
-    """``l0`` (mean active features per token), ``explained_variance``
-    (1 - SSE / total sum of squares about the mean) and ``dead_fraction`` (features that never
-    fire) of ``sae`` on ``x: (n_tokens, d_in)``."""
-    sse, fired, active = 0.0, torch.zeros(sae.cfg.d_sae, dtype=torch.bool), 0
-    for i in range(0, len(x), ENCODE_BATCH):
-        batch = x[i : i + ENCODE_BATCH]
-        feats = sae.encode(batch)
-        sse += float(((sae.decode(feats) - batch) ** 2).sum())
-        fired |= (feats > 0).any(0)
-        active += int((feats > 0).sum())
-    total = float(((x - x.mean(0)) ** 2).sum())
-    return {
-        "l0": active / len(x),
-        "explained_variance": 1 - sse / total,
-        "dead_fraction": 1 - float(fired.float().mean()),
-    }
 
 
 def minimal_pair_accuracy(model: HookedTransformer, seed: int) -> dict[str, float]:
