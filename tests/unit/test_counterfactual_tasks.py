@@ -1,8 +1,10 @@
-"""The IOI and subject-verb agreement generators: seeded, disjoint splits, single-token answers,
-counterfactuals that differ where they should and nowhere else, clear errors; the model's own
-score on a split against logits read by hand; on SmolLM2 (slow) its accuracy on both tasks."""
+"""The IOI, subject-verb agreement, pronoun and capital generators: seeded, disjoint splits,
+single-token answers, counterfactuals that differ where they should and nowhere else, clear
+errors; the model's own score on a split against logits read by hand; on SmolLM2 (slow) its
+accuracy on every task."""
 
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -11,14 +13,26 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso.data import models
 from circuitlasso.data.counterfactual_tasks import (
+    ALL_TASKS,
+    CAPITAL_PAIRS,
+    CAPITAL_TEMPLATES,
+    HELDOUT_TASKS,
     IOI_NAMES,
+    PRONOUN_FEMALE_NAMES,
+    PRONOUN_KIN,
+    PRONOUN_MALE_NAMES,
+    PRONOUN_TEMPLATES,
     SVA_ATTRACTORS,
     SVA_SUBJECTS,
+    TASKS,
     TaskItem,
+    TaskName,
     TaskTokens,
+    capital_items,
     encode_for_model,
     encode_items,
     ioi_items,
+    pronoun_items,
     single_token_words,
     sva_items,
     task_items,
@@ -59,7 +73,13 @@ def gpt2_tokenizer(gpt2_tokenizer_dir: Path):
     return models.gpt2_tokenizer(gpt2_tokenizer_dir)
 
 
-@pytest.mark.parametrize("task", ["ioi", "sva"])
+def test_development_and_heldout_tasks():
+    assert TASKS == ("ioi", "sva") and HELDOUT_TASKS == ("pronoun", "capital")
+    assert ALL_TASKS == TASKS + HELDOUT_TASKS == typing.get_args(TaskName)
+    assert len(PRONOUN_TEMPLATES) >= 6 and len(CAPITAL_TEMPLATES) >= 6
+
+
+@pytest.mark.parametrize("task", ALL_TASKS)
 def test_generators_are_seeded(task):
     tok = WordTokenizer()
     assert task_items(task, tok, 40, seed=3) == task_items(task, tok, 40, seed=3)
@@ -68,7 +88,7 @@ def test_generators_are_seeded(task):
     assert len(set(prompts)) == 200
 
 
-@pytest.mark.parametrize("task", ["ioi", "sva"])
+@pytest.mark.parametrize("task", ALL_TASKS)
 def test_splits_are_disjoint_seeded_and_sized(task):
     tok = WordTokenizer()
     splits = task_splits(task, tok, n_train=120, n_test=60, seed=1)
@@ -158,6 +178,78 @@ def test_sva_keeps_nouns_single_token_in_both_numbers():
         sva_items(WordTokenizer(split={"are", "were", "have"}), 10)
 
 
+def _changed_words(item: TaskItem) -> list[tuple[str, str]]:
+    pairs = zip(item.prompt.split(), item.counterfactual.split(), strict=True)
+    return [(a, b) for a, b in pairs if a != b]
+
+
+def test_pronoun_counterfactual_flips_only_the_subjects_gender():
+    tok = WordTokenizer()
+    items = pronoun_items(tok, 200, seed=0)
+    tokens = encode_items(tok, items)
+    female = set(PRONOUN_FEMALE_NAMES) | {f for f, _ in PRONOUN_KIN}
+    male = set(PRONOUN_MALE_NAMES) | {m for _, m in PRONOUN_KIN}
+    kin = {w for pair in PRONOUN_KIN for w in pair}
+    kinds = set()
+    for k, item in enumerate(items):
+        assert len(_differing_positions(tokens.clean[k], tokens.counterfactual[k])) == 1, item
+        (changed,) = _changed_words(item)
+        subject, swapped = changed
+        assert (subject in female and swapped in male) or (subject in male and swapped in female)
+        assert item.answer == (" she" if subject in female else " he")
+        assert {item.answer, item.wrong} == {" she", " he"}
+        if subject in kin:  # a kin noun is swapped for its counterpart, after "my"
+            assert (subject, swapped) in PRONOUN_KIN or (swapped, subject) in PRONOUN_KIN
+            assert f"my {subject}" in item.prompt
+        kinds.add((subject in kin, item.answer))
+        assert item.prompt.split()[0] != subject
+    assert kinds == {(True, " she"), (True, " he"), (False, " she"), (False, " he")}
+
+
+def test_capital_counterfactual_names_the_wrong_answers_country():
+    tok = WordTokenizer()
+    items = capital_items(tok, 200, seed=0)
+    tokens = encode_items(tok, items)
+    capital_of = dict(CAPITAL_PAIRS)
+    for k, item in enumerate(items):
+        assert len(_differing_positions(tokens.clean[k], tokens.counterfactual[k])) == 1, item
+        (changed,) = _changed_words(item)
+        country, other = (w.strip(",?") for w in changed)
+        assert country != other
+        assert (item.answer, item.wrong) == (" " + capital_of[country], " " + capital_of[other])
+    assert len({i.answer for i in items}) > len(CAPITAL_PAIRS) // 2
+    assert len({i.template for i in items}) == len(CAPITAL_TEMPLATES)
+
+
+def test_heldout_tasks_keep_only_single_token_words_and_say_when_too_few():
+    split = set(PRONOUN_FEMALE_NAMES[:20]) | {"mother", "father", "sister"}
+    items = pronoun_items(WordTokenizer(split=split), 100, seed=0)
+    used = {w for i in items for pair in _changed_words(i) for w in pair}
+    assert used and not used & split
+    with pytest.raises(ValueError, match=r"only 2 of 40 male names are a single token"):
+        pronoun_items(WordTokenizer(split=set(PRONOUN_MALE_NAMES[2:])), 10)
+    with pytest.raises(ValueError, match=r"kin noun pairs are a single token"):
+        pronoun_items(WordTokenizer(split={f for f, _ in PRONOUN_KIN}), 10)
+    with pytest.raises(ValueError, match="not one"):
+        pronoun_items(WordTokenizer(split={"he"}), 10)
+    gone = {"Paris", "Germany", "Rome"}
+    items = capital_items(WordTokenizer(split=gone), 100, seed=0)
+    used = {w.strip(",?") for i in items for pair in _changed_words(i) for w in pair}
+    assert used and not used & gone and not {i.answer.strip() for i in items} & gone
+    assert not any("France" in i.prompt + i.counterfactual for i in items)
+    with pytest.raises(ValueError, match=r"only 3 of \d+ \(country, capital\) pairs"):
+        capital_items(WordTokenizer(split={c for c, _ in CAPITAL_PAIRS[3:]}), 10)
+
+
+@pytest.mark.parametrize("task", HELDOUT_TASKS)
+def test_heldout_words_are_single_gpt2_tokens(gpt2_tokenizer, task):
+    items = task_items(task, gpt2_tokenizer, 100, seed=0)
+    tokens = encode_items(gpt2_tokenizer, items, bos_id=gpt2_tokenizer.bos_token_id)
+    for k in range(len(items)):
+        assert len(_differing_positions(tokens.clean[k], tokens.counterfactual[k])) == 1
+        assert gpt2_tokenizer.decode(tokens.wrong[k]) == items[k].wrong
+
+
 def test_bad_input_is_a_clear_error():
     tok = WordTokenizer()
     with pytest.raises(ValueError, match="unknown task"):
@@ -168,6 +260,12 @@ def test_bad_input_is_a_clear_error():
         task_splits("ioi", tok, 10, 0)
     with pytest.raises(ValueError, match=r"needs \{S\} exactly once"):
         ioi_items(tok, 5, templates=["{A} and {B} met; then one gave it to"])
+    with pytest.raises(ValueError, match=r"needs \{subject\} exactly once"):
+        pronoun_items(tok, 5, templates=["After Mary finished the {object},"])
+    with pytest.raises(ValueError, match=r"needs \{country\} exactly once"):
+        capital_items(tok, 5, templates=["The capital of {country} or {country} is"])
+    with pytest.raises(ValueError, match="distinct capital prompts"):  # 8 countries, 1 template
+        capital_items(tok, 20, pairs=CAPITAL_PAIRS[:8], templates=["Capital of {country}:"])
     with pytest.raises(ValueError, match="unknown attractor"):
         sva_items(tok, 5, attractor="near")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="distinct IOI prompts"):  # 8 names: under 200 prompts
@@ -242,3 +340,16 @@ def test_smollm2_does_both_tasks(smollm2_model):
         assert score.accuracy > floor
         assert score.mean_logit_diff > 0
         assert score.counterfactual_logit_diff < score.mean_logit_diff
+
+
+@pytest.mark.slow
+def test_smollm2_does_the_heldout_tasks(smollm2_model):
+    """SmolLM2-135M's own accuracy on 128 items of each held-out task; the counterfactual swaps
+    the answer's and the wrong token's roles, so its logit difference changes sign."""
+    model = smollm2_model
+    for task in HELDOUT_TASKS:
+        tokens = encode_for_model(model, task_items(task, model.tokenizer, 128, seed=0))
+        score = task_score(model, tokens)
+        print(task, score)
+        assert score.accuracy >= 0.9
+        assert score.mean_logit_diff > 1 and score.counterfactual_logit_diff < -1

@@ -22,6 +22,7 @@ from circuitlasso.evaluation.mib import (
     faithfulness,
     mib_edges,
     mib_score,
+    mib_scores,
     prune,
     ranking_scores,
     top_edges,
@@ -305,3 +306,37 @@ def test_bad_circuits_and_inputs_are_clear_errors():
     flagless = HookedTransformer(cfg)
     with pytest.raises(ValueError, match="use_attn_result"):
         edge_patched_logits(flagless, tokens.clean, tokens.counterfactual, ())
+
+
+def test_signed_and_absolute_rankings_differ_where_an_edge_pushes_the_wrong_way():
+    model = _model()
+    # a0.h0 -> output scores most in |.| but is negative: the absolute ranking takes it first,
+    # the signed ranking last
+    scores = {("input", "a0.h0.v"): 0.5, ("a0.h0", "output"): -3.0, ("input", "output"): 0.1}
+    assert top_edges(model, scores, 1, pruned=False) == {("a0.h0", "output")}
+    assert top_edges(model, scores, 1, pruned=False, absolute=False) == {("input", "a0.h0.v")}
+    assert top_edges(model, scores, 2, absolute=False) == {("input", "output")}
+
+
+def test_mib_scores_give_the_signed_cpr_and_the_absolute_cmd_computed_by_hand():
+    model, tokens = _model(), _tokens()
+    edges = mib_edges(model)
+    scores = {edge: float(k % 7) - 3.0 for k, edge in enumerate(edges)}  # signs mixed
+    fractions = (0.1, 0.5, 1.0)
+    both = mib_scores(model, tokens, scores, fractions)
+    n = [int(x * len(edges)) for x in fractions]
+    by_signed = sorted(edges, key=lambda e: -scores[e])
+    by_abs = sorted(edges, key=lambda e: -abs(scores[e]))
+    m_empty, m_full = circuits_logit_diff(model, tokens, [(), edges])
+    signed_m = circuits_logit_diff(model, tokens, [prune(model, by_signed[:k]) for k in n])
+    abs_m = circuits_logit_diff(model, tokens, [prune(model, by_abs[:k]) for k in n])
+    signed_f = [(m - m_empty) / (m_full - m_empty) for m in signed_m]
+    abs_f = [(m - m_empty) / (m_full - m_empty) for m in abs_m]
+    assert both.signed.faithfulness == pytest.approx(signed_f, abs=1e-9)
+    assert both.absolute.faithfulness == pytest.approx(abs_f, abs=1e-9)
+    assert signed_f != pytest.approx(abs_f, abs=1e-3)  # the case tells the two apart
+    assert both.cpr == pytest.approx(cpr_cmd(fractions, signed_f)[0])
+    assert both.cmd == pytest.approx(cpr_cmd(fractions, abs_f)[1])
+    assert both.cpr_abs == pytest.approx(cpr_cmd(fractions, abs_f)[0])
+    single = mib_score(model, tokens, scores, fractions, absolute=False)
+    assert single.faithfulness == pytest.approx(signed_f, abs=1e-9)

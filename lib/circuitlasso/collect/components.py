@@ -92,6 +92,7 @@ def collect_nodes(
     memory_gib: float = DEFAULT_PASS_GIB,
     progress: bool = False,
     answers: torch.Tensor | None = None,
+    output_mask: torch.Tensor | None = None,
 ) -> NodeActivations:
     """Token-averaged activations of every graph node on ``tokens: (M, P)``.
 
@@ -99,6 +100,9 @@ def collect_nodes(
     ``batch_size`` prompts run at once; by default as many as fit in ``memory_gib``
     (:func:`~circuitlasso.data.graph.prompts_per_batch`). ``answers: (M, 2)`` token ids
     (answer, wrong) make the output node each prompt's logit difference, one column.
+    ``output_mask`` (same shapes as ``position_mask``): the positions the output node alone is
+    averaged over, where a metric reads other positions than the senders are averaged over
+    (default ``position_mask``'s).
     """
     require_hook_flags(model)
     if tokens.ndim != 2:
@@ -106,6 +110,7 @@ def collect_nodes(
     _answer_pairs(answers, tokens, model.cfg.d_vocab)
     nodes = graph_nodes(model)
     mask = _position_mask(position_mask, tokens)
+    read_at = mask if output_mask is None else _position_mask(output_mask, tokens)
     if batch_size is None:
         batch_size = prompts_per_batch(model, tokens.shape[1], memory_gib)
     written = [j for j, n in enumerate(nodes) if n.hook != LOGITS]  # read at a hook
@@ -132,7 +137,8 @@ def collect_nodes(
                 blocks[written[read.index]].append(mean)
         for j, node in enumerate(nodes):
             if node.hook == LOGITS:
-                blocks[j].append(mean_over_real(logits, chosen).float().cpu())
+                at = read_at[start : start + batch_size]
+                blocks[j].append(mean_over_real(logits, at).float().cpu())
     columns = [torch.cat(b) for b in blocks]
     reads = None
     if answers is not None:

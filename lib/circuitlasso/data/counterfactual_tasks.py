@@ -1,6 +1,7 @@
-"""Prompt / counterfactual pairs of two next-token tasks, for circuit localization scored as in MIB.
+"""Prompt / counterfactual pairs of four next-token tasks for circuit localization scored as in MIB.
 
-Two tasks, generated offline from templates and word lists written for this project, seeded:
+Four tasks, generated offline from templates and word lists written for this project, seeded:
+two development tasks (:data:`TASKS`) and two held-out ones (:data:`HELDOUT_TASKS`), scored once.
 
 - ``"ioi"``, indirect object identification in the style of Wang et al. (2022)::
 
@@ -20,6 +21,23 @@ Two tasks, generated offline from templates and word lists written for this proj
   the subject's by default (``attractor="opposite"``), or the same, or drawn at random. A verb
   pair (is/are, was/were, has/have) is drawn per item; subject nouns are kept only where both
   forms are one token after a space, so a prompt and its counterfactual have the same length.
+- ``"pronoun"`` (held out), a gendered pronoun after a gendered name or kin noun::
+
+      After Mary finished the report,    -> " she" (wrong: " he")
+
+  The subject is a name or ``my`` and a kin noun (``my mother``), never first in the prompt.
+  The counterfactual flips the subject's gender and nothing else: a name of the other gender
+  (``After David finished the report,``) or the kin noun's counterpart (``my father``), so
+  ``" she"`` and ``" he"`` swap roles. Names and kin pairs are kept where they are one token
+  after a space (:func:`single_token_words`), so both prompts have the same length.
+- ``"capital"`` (held out), a country's capital city::
+
+      The capital of France is the city of    -> " Paris" (wrong: " Berlin")
+
+  The wrong answer is the capital of a second country drawn per item; the counterfactual names
+  that country instead (``The capital of Germany is the city of``) and nothing else changes, so
+  the two capitals swap roles. Only (country, capital) pairs whose country and capital are each
+  one token after a space are drawn.
 
 Each :class:`TaskItem` holds the prompt, its counterfactual, the answer and the wrong answer (one
 token each, with the leading space). :func:`task_splits` draws a train and a test split of
@@ -41,13 +59,18 @@ import numpy as np
 import torch
 from transformer_lens import HookedTransformer
 
-TaskName = Literal["ioi", "sva"]
-TASKS: tuple[TaskName, ...] = ("ioi", "sva")
+TaskName = Literal["ioi", "sva", "pronoun", "capital"]
+TASKS: tuple[TaskName, ...] = ("ioi", "sva")  # the development tasks
+HELDOUT_TASKS: tuple[TaskName, ...] = ("pronoun", "capital")  # held out, scored once
+ALL_TASKS: tuple[TaskName, ...] = TASKS + HELDOUT_TASKS
 Attractor = Literal["opposite", "same", "random"]
 ATTRACTORS: tuple[Attractor, ...] = ("opposite", "same", "random")
 
 MIN_NAMES = 8  # fewest single-token names an IOI generator accepts
 MIN_NOUNS = 5  # fewest single-token (singular, plural) subject nouns an SVA generator accepts
+MIN_PRONOUN_NAMES = 8  # fewest single-token names of each gender a pronoun generator accepts
+MIN_KIN = 3  # fewest single-token (female, male) kin nouns a pronoun generator accepts
+MIN_COUNTRIES = 8  # fewest (country, capital) pairs, both single-token, a capital generator accepts
 MAX_DRAWS_PER_ITEM = 50  # draws allowed per distinct prompt asked for before giving up
 
 
@@ -116,14 +139,87 @@ SVA_TEMPLATES: tuple[str, ...] = (
     "In the story, the {subject} {prep} the {attractor}",
 )
 
+PRONOUN_FEMALE_NAMES: tuple[str, ...] = (
+    "Mary", "Anna", "Sarah", "Laura", "Emma", "Rachel", "Alice", "Julia", "Grace", "Helen",
+    "Kate", "Lucy", "Claire", "Sophie", "Jessica", "Emily", "Amy", "Rose", "Diana", "Nora",
+    "Megan", "Ruth", "Linda", "Karen", "Susan", "Jane", "Hannah", "Ellen", "Maria", "Olivia",
+    "Lisa", "Nancy", "Betty", "Sandra", "Carol", "Rebecca", "Elizabeth", "Jennifer", "Barbara",
+    "Margaret",
+)  # fmt: skip
+PRONOUN_MALE_NAMES: tuple[str, ...] = (
+    "John", "David", "Michael", "James", "Daniel", "Thomas", "Robert", "Peter", "Mark", "Paul",
+    "Steven", "Andrew", "Richard", "George", "Henry", "Frank", "Joseph", "Kevin", "Brian",
+    "Simon", "Adam", "Edward", "Charles", "Victor", "Ryan", "Oliver", "Jack", "Martin", "Tony",
+    "Philip", "William", "Matthew", "Kenneth", "Gary", "Scott", "Eric", "Patrick", "Samuel",
+    "Walter", "Arthur",
+)  # fmt: skip
+# (female, male) kin nouns, drawn as "my {noun}"
+PRONOUN_KIN: tuple[tuple[str, str], ...] = (
+    ("mother", "father"), ("sister", "brother"), ("daughter", "son"), ("aunt", "uncle"),
+    ("wife", "husband"), ("grandmother", "grandfather"), ("niece", "nephew"), ("mom", "dad"),
+    ("girlfriend", "boyfriend"), ("grandma", "grandpa"),
+)  # fmt: skip
+PRONOUN_PLACES: tuple[str, ...] = (
+    "office", "market", "station", "library", "garden", "kitchen", "hospital", "school",
+    "bakery", "museum", "gym", "bank",
+)  # fmt: skip
+PRONOUN_OBJECTS: tuple[str, ...] = (
+    "report", "letter", "book", "puzzle", "painting", "essay", "meal", "list", "map", "song",
+    "email", "game",
+)  # fmt: skip
+# {subject}: a name or "my {kin noun}", never first in the prompt; the pronoun comes next
+PRONOUN_TEMPLATES: tuple[str, ...] = (
+    "After {subject} finished the {object},",
+    "When {subject} came back from the {place},",
+    "Yesterday {subject} forgot the {object} at the {place}, so",
+    "Because {subject} was late to the {place},",
+    "As soon as {subject} saw the {object},",
+    "Later that day {subject} went to the {place}, where",
+    "Although {subject} did not like the {object},",
+    "On Sunday {subject} cleaned the {place}, and then",
+)
+
+# (country, capital): countries named without an article, capitals of one word
+CAPITAL_PAIRS: tuple[tuple[str, str], ...] = (
+    ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
+    ("England", "London"), ("Japan", "Tokyo"), ("Russia", "Moscow"), ("Egypt", "Cairo"),
+    ("Greece", "Athens"), ("Austria", "Vienna"), ("Ireland", "Dublin"), ("Portugal", "Lisbon"),
+    ("China", "Beijing"), ("Poland", "Warsaw"), ("Norway", "Oslo"), ("Sweden", "Stockholm"),
+    ("Hungary", "Budapest"), ("Finland", "Helsinki"), ("Thailand", "Bangkok"), ("Peru", "Lima"),
+    ("Cuba", "Havana"), ("Kenya", "Nairobi"), ("Canada", "Ottawa"), ("Australia", "Canberra"),
+    ("Turkey", "Ankara"), ("Iran", "Tehran"), ("Iraq", "Baghdad"), ("Denmark", "Copenhagen"),
+    ("Belgium", "Brussels"), ("Switzerland", "Bern"), ("Chile", "Santiago"),
+    ("Vietnam", "Hanoi"), ("Indonesia", "Jakarta"), ("Scotland", "Edinburgh"),
+    ("Wales", "Cardiff"), ("Lebanon", "Beirut"), ("Syria", "Damascus"),
+    ("Afghanistan", "Kabul"), ("Ukraine", "Kyiv"), ("Romania", "Bucharest"),
+    ("Bulgaria", "Sofia"), ("Serbia", "Belgrade"), ("Croatia", "Zagreb"), ("Nepal", "Kathmandu"),
+    ("Mongolia", "Ulaanbaatar"), ("Venezuela", "Caracas"), ("Colombia", "Bogota"),
+)  # fmt: skip
+CAPITAL_PEOPLE: tuple[str, ...] = (
+    "teacher", "friend", "guide", "neighbor", "cousin", "uncle", "aunt", "boss", "driver",
+    "brother", "sister", "father", "mother", "grandmother", "colleague",
+)  # fmt: skip
+# {country}: the country, never first in the prompt; its capital comes next
+CAPITAL_TEMPLATES: tuple[str, ...] = (
+    "The capital of {country} is the city of",
+    "My {person} told me that the capital of {country} is",
+    "The capital city of {country} is",
+    "Question: What is the capital of {country}? Answer:",
+    "Last summer my {person} visited the capital of {country}, which is",
+    "If you want to see the capital of {country}, you have to go to",
+    "My {person} works for the government of {country}, in its capital,",
+    "Everyone knows that the capital of {country} is",
+)
+
 
 @dataclass(frozen=True)
 class TaskItem:
     """A prompt, its counterfactual and the two answer tokens (each with its leading space).
 
     ``answer`` is the prompt's correct next token, ``wrong`` the competitor the logit difference
-    is taken against (IOI: the subject's name; SVA: the other verb form); ``template`` is the
-    template the prompt was filled from.
+    is taken against (IOI: the subject's name; SVA: the other verb form; pronoun: the other
+    pronoun; capital: the other country's capital); ``template`` is the template the prompt was
+    filled from.
     """
 
     task: TaskName
@@ -280,13 +376,123 @@ def sva_items(
     return _distinct(draw, n, np.random.default_rng(seed), "SVA")
 
 
+def pronoun_items(
+    tokenizer: Tokenizer,
+    n: int,
+    seed: int = 0,
+    *,
+    female_names: Sequence[str] = PRONOUN_FEMALE_NAMES,
+    male_names: Sequence[str] = PRONOUN_MALE_NAMES,
+    kin: Sequence[tuple[str, str]] = PRONOUN_KIN,
+    places: Sequence[str] = PRONOUN_PLACES,
+    objects: Sequence[str] = PRONOUN_OBJECTS,
+    templates: Sequence[str] = PRONOUN_TEMPLATES,
+    min_names: int = MIN_PRONOUN_NAMES,
+    min_kin: int = MIN_KIN,
+) -> list[TaskItem]:
+    """``n`` seeded gendered-pronoun items with distinct prompts (module docstring).
+
+    The subject is a name (two draws in three) or ``my`` and a kin noun; the counterfactual puts
+    a name of the other gender, or the kin noun's counterpart, in its place, so ``" she"`` and
+    ``" he"`` swap roles. Names are kept where they are one token after a space, kin pairs where
+    both nouns are; ValueError when fewer than ``min_names`` names of a gender or ``min_kin``
+    kin pairs remain, when ``" she"`` or ``" he"`` is not one token, or a template lacks a slot.
+    """
+    for template in templates:
+        _check_template(template, ("subject",))
+    names = (
+        single_token_words(tokenizer, female_names, min_names, "female names"),
+        single_token_words(tokenizer, male_names, min_names, "male names"),
+    )
+    pairs = [p for p in kin if all(_is_single_token(tokenizer, " " + w) for w in p)]
+    if len(pairs) < min_kin:
+        raise ValueError(
+            f"only {len(pairs)} of {len(kin)} kin noun pairs are a single token after a space "
+            f"for this tokenizer; at least {min_kin} are needed"
+        )
+    pronouns = (" she", " he")
+    for pronoun in pronouns:
+        _single_id(tokenizer, pronoun)
+
+    def draw(rng: np.random.Generator) -> TaskItem:
+        template = templates[int(rng.integers(len(templates)))]
+        male = int(rng.random() < 0.5)
+        if rng.random() < 2 / 3:
+            own, other = names[male], names[1 - male]
+            subject = own[int(rng.integers(len(own)))]
+            swapped = other[int(rng.integers(len(other)))]
+        else:
+            pair = pairs[int(rng.integers(len(pairs)))]
+            subject, swapped = "my " + pair[male], "my " + pair[1 - male]
+        fill = {"place": places[int(rng.integers(len(places)))],
+                "object": objects[int(rng.integers(len(objects)))]}  # fmt: skip
+        return TaskItem(
+            task="pronoun",
+            template=template,
+            prompt=template.format(subject=subject, **fill),
+            counterfactual=template.format(subject=swapped, **fill),
+            answer=pronouns[male],
+            wrong=pronouns[1 - male],
+        )
+
+    return _distinct(draw, n, np.random.default_rng(seed), "pronoun")
+
+
+def capital_items(
+    tokenizer: Tokenizer,
+    n: int,
+    seed: int = 0,
+    *,
+    pairs: Sequence[tuple[str, str]] = CAPITAL_PAIRS,
+    people: Sequence[str] = CAPITAL_PEOPLE,
+    templates: Sequence[str] = CAPITAL_TEMPLATES,
+    min_countries: int = MIN_COUNTRIES,
+) -> list[TaskItem]:
+    """``n`` seeded country-to-capital items with distinct prompts (module docstring).
+
+    The wrong answer is the capital of a second country drawn from the rest; the counterfactual
+    names that country, so the two capitals swap roles. (country, capital) pairs are kept where
+    both are one token after a space; ValueError when fewer than ``max(min_countries, 2)``
+    remain, or a template lacks a slot.
+    """
+    for template in templates:
+        _check_template(template, ("country",))
+    pool = [p for p in pairs if all(_is_single_token(tokenizer, " " + w) for w in p)]
+    if len(pool) < max(min_countries, 2):
+        raise ValueError(
+            f"only {len(pool)} of {len(pairs)} (country, capital) pairs are a single token after "
+            f"a space for this tokenizer; at least {max(min_countries, 2)} are needed"
+        )
+
+    def draw(rng: np.random.Generator) -> TaskItem:
+        template = templates[int(rng.integers(len(templates)))]
+        (country, capital), (other, other_capital) = (
+            pool[i] for i in rng.choice(len(pool), size=2, replace=False)
+        )
+        person = people[int(rng.integers(len(people)))]
+        return TaskItem(
+            task="capital",
+            template=template,
+            prompt=template.format(country=country, person=person),
+            counterfactual=template.format(country=other, person=person),
+            answer=" " + capital,
+            wrong=" " + other_capital,
+        )
+
+    return _distinct(draw, n, np.random.default_rng(seed), "capital")
+
+
 def task_items(task: TaskName, tokenizer: Tokenizer, n: int, seed: int = 0) -> list[TaskItem]:
-    """``n`` items of ``task`` (:data:`TASKS`) with its generator's defaults."""
+    """``n`` items of ``task`` (:data:`ALL_TASKS`) with its generator's defaults."""
     if task == "ioi":
         return ioi_items(tokenizer, n, seed)
     if task == "sva":
         return sva_items(tokenizer, n, seed)
-    raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    if task == "pronoun":
+        return pronoun_items(tokenizer, n, seed)
+    if task == "capital":
+        return capital_items(tokenizer, n, seed)
+    raise ValueError(f"unknown task {task!r}; expected one of {ALL_TASKS}")
 
 
 def task_splits(

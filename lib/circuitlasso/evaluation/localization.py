@@ -1,10 +1,12 @@
 """Circuit localization on a real decoder, scored as MIB scores it: CircuitLasso against EAP and
 EAP-IG on counterfactual tasks (IOI, subject-verb agreement).
 
-For each task of :mod:`circuitlasso.data.counterfactual_tasks`, every method finds edge scores on
-the train split and is scored on the disjoint test split with
-:func:`circuitlasso.evaluation.mib.mib_score` (f at MIB's edge fractions, CPR, CMD; m the logit
-difference answer - wrong at each prompt's last real token).
+For each task of :mod:`circuitlasso.data.counterfactual_tasks` (the development tasks by default,
+the held-out ones when asked), every method finds edge scores on the train split and is scored
+on the disjoint test split with :func:`circuitlasso.evaluation.mib.mib_scores` (f at MIB's edge
+fractions; CPR from the signed ranking and CMD from the absolute one, as MIB reports them, and
+the absolute ranking's CPR beside; m the logit difference answer - wrong at each prompt's last
+real token).
 
 - ``circuitlasso-*`` (:func:`~circuitlasso.evaluation.interpbench.evaluate.run_method`, as the
   InterpBench harness runs them): clean and counterfactual train prompts stacked, activations
@@ -14,6 +16,10 @@ difference answer - wrong at each prompt's last real token).
   head's score given to its q, k and v inputs alike. The paper's plain block Lasso over every
   node's d_model columns would, on SmolLM2, return over 100 GiB of dense coefficient blocks:
   its memory check refuses it before any work, and the default methods leave it out.
+- ``circuitlasso-anchored`` (:mod:`circuitlasso.circuits.anchored`): signed scores per receiver
+  slot, each sender's clean minus counterfactual contrast (averaged over the real tokens) times
+  the receiver's sensitivity of the metric (read at the last real token) through the Lasso
+  surrogate; forward passes only.
 - ``eap`` and ``eap-ig``: :func:`~circuitlasso.evaluation.eap.edge_attribution_patching` with
   MIB's metric; its ``metric`` sees no item ids, so the prompts run in chunks, each with its own
   metric, and the per-chunk mean scores are averaged weighted by chunk size (the same sum);
@@ -27,7 +33,6 @@ stopped run resumes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +46,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import digest_arrays
 from circuitlasso.data.counterfactual_tasks import (
+    ALL_TASKS,
     TASKS,
     TaskScore,
     TaskTokens,
@@ -59,9 +65,10 @@ from circuitlasso.evaluation.cost.store import stored_row
 from circuitlasso.evaluation.eap import edge_attribution_patching, receiver_slots
 from circuitlasso.evaluation.head_roles import candidates_in_circuits, direct_effects
 from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS, run_method
-from circuitlasso.evaluation.mib import MIB_FRACTIONS, SlotEdge, mib_edges, mib_score
+from circuitlasso.evaluation.mib import MIB_FRACTIONS, SlotEdge, mib_edges, mib_scores
+from circuitlasso.timing import Stopwatch
 
-DEFAULT_METHODS = ("circuitlasso-linear-read", "eap", "eap-ig")
+DEFAULT_METHODS = ("circuitlasso-linear-read", "circuitlasso-anchored", "eap", "eap-ig")
 LassoPositions = Literal["real", "last"]
 TOP_HEADS = 10
 """How many of a scoring's heads a row keeps (:func:`head_scores`)."""
@@ -174,7 +181,8 @@ def find_scores(
     average = train.real_mask if settings.lasso_positions == "real" else train.last_mask
     pairs = PromptPairs(train.clean, train.counterfactual, train.last_mask, average)
     answers = torch.stack([train.answer, train.wrong], 1)
-    return run_method(method, model, pairs, settings.seed, answers=answers).scores
+    found = run_method(method, model, pairs, settings.seed, answers=answers)
+    return found.scores if found.slot_scores is None else found.slot_scores
 
 
 def head_scores(
@@ -199,18 +207,20 @@ def score_method(
 ) -> dict[str, object]:
     """One (task, method) row: the seconds to find the scores on ``train``, their MIB scores on
     ``test`` and the top heads (:func:`head_scores`)."""
-    start = time.perf_counter()
+    clock = Stopwatch()
     scores = find_scores(method, model, train, settings)
-    seconds = time.perf_counter() - start
-    score = mib_score(model, test, scores, settings.fractions, memory_gib=settings.memory_gib)
+    seconds = clock.lap("find")
+    score = mib_scores(model, test, scores, settings.fractions, memory_gib=settings.memory_gib)
     return {
         "seconds": seconds,
         "cpr": score.cpr,
         "cmd": score.cmd,
-        "faithfulness": list(score.faithfulness),
-        "kept": list(score.kept),
-        "m_empty": score.m_empty,
-        "m_full": score.m_full,
+        "cpr_abs": score.cpr_abs,
+        "faithfulness": list(score.signed.faithfulness),
+        "faithfulness_abs": list(score.absolute.faithfulness),
+        "kept": list(score.signed.kept),
+        "m_empty": score.signed.m_empty,
+        "m_full": score.signed.m_full,
         "top_heads": [list(pair) for pair in head_scores(model, scores)],
     }
 
@@ -229,8 +239,10 @@ def _tokens_digest(train: TaskTokens, test: TaskTokens) -> str:
 
 @dataclass(frozen=True)
 class Localization:
-    """A comparison: ``table`` has a row per (task, method) with ``seconds``, ``cpr``, ``cmd``,
-    ``faithfulness`` (f at each fraction), ``kept`` (edges left after pruning), ``m_empty``,
+    """A comparison: ``table`` has a row per (task, method) with ``seconds``, ``cpr`` (MIB's:
+    the signed ranking's), ``cmd`` (the absolute ranking's), ``cpr_abs``, ``faithfulness`` and
+    ``faithfulness_abs`` (f at each fraction, signed and absolute rankings), ``kept`` (edges of
+    the signed ranking left after pruning), ``m_empty``,
     ``m_full`` and ``top_heads`` (``[head, score]``, :func:`head_scores`); ``model_scores`` the
     model's own accuracy and mean logit difference per task and split; ``n_edges`` the edges as
     MIB counts them."""
@@ -252,8 +264,9 @@ class Localization:
         return pd.DataFrame(rows)
 
     def summary_table(self) -> pd.DataFrame:
-        """CPR, CMD and seconds per task and method, with f at each fraction."""
-        shown = self.table[["task", "method", "cpr", "cmd", "seconds"]].copy()
+        """CPR (signed), CMD, CPR of the absolute ranking and seconds per task and method,
+        with f of the signed ranking at each fraction."""
+        shown = self.table[["task", "method", "cpr", "cmd", "cpr_abs", "seconds"]].copy()
         for k, fraction in enumerate(self.settings.fractions):
             shown[f"f@{fraction:g}"] = [float(f[k]) for f in self.table["faithfulness"]]
         return shown
@@ -308,6 +321,7 @@ class Localization:
                     method: {
                         "cpr": rows.loc[method, "cpr"],
                         "cmd": rows.loc[method, "cmd"],
+                        "cpr_abs": rows.loc[method, "cpr_abs"],
                         "faithfulness": dict(
                             zip(
                                 [f"{f:g}" for f in self.settings.fractions],
@@ -364,9 +378,9 @@ def compare_methods(
     set here, :func:`prepare_for_patching`); each (task, method) row kept in ``store`` as it ends
     when one is given, and read back from it by a later call with the same model, tokens and
     settings."""
-    unknown = [t for t in tasks if t not in TASKS]
+    unknown = [t for t in tasks if t not in ALL_TASKS]
     if unknown or not tasks:
-        raise ValueError(f"tasks must be a non-empty subset of {TASKS}, got {unknown}")
+        raise ValueError(f"tasks must be a non-empty subset of {ALL_TASKS}, got {unknown}")
     model = prepare_for_patching(model.eval())
     device = str(model.cfg.device)
     tokens = {}

@@ -15,8 +15,9 @@ The empty circuit gives the counterfactual run, the full circuit the clean run. 
 
     f(C) = (m(C) - m(empty)) / (m(full) - m(empty)).
 
-For a scoring of edges, the circuit at budget ``k`` is MIB's ``apply_topn(k, absolute=True)``:
-the ``k`` edges of largest ``|score|`` (ties in computation order), then pruned as MIB prunes
+For a scoring of edges, the circuit at budget ``k`` is MIB's ``apply_topn(k, absolute)``: with
+``absolute=True`` the ``k`` edges of largest ``|score|``, with ``absolute=False`` the ``k`` edges
+of largest signed score (ties in computation order), then pruned as MIB prunes
 (:func:`prune`: repeatedly drop nodes without an incoming edge (``input`` excepted) or an
 outgoing one (``output`` excepted), and the edges touching them). Budgets are MIB's fractions
 of all edges (:data:`MIB_FRACTIONS`, 0.1 % to 100 %), ``k = int(fraction * n_edges)`` as MIB
@@ -28,7 +29,10 @@ both by the trapezoidal rule on the fractions themselves, a linear axis from 0.0
 ``evaluate_area_under_curve``: it computes log-fractions under ``log_scale=True`` but integrates
 over the raw fractions), not normalized by the axis' length 0.999. Higher CPR and lower CMD are
 better; a circuit with f = 1 at every budget has CPR 0.999 and CMD 0. :func:`trapezoid_area` and
-:func:`cpr_cmd` are pure functions of the curve.
+:func:`cpr_cmd` are pure functions of the curve. MIB's ``print_results.py`` reports CPR from the
+signed ranking (``absolute=False``: an edge that pushes the metric the wrong way is ranked last,
+so f may exceed 1) and CMD from the absolute one; :func:`mib_scores` gives both curves from one
+set of patched passes (:class:`MIBScores`: ``cpr`` signed, ``cmd`` absolute, ``cpr_abs``).
 
 Grouped-query attention: a head's key and value inputs are its own only once the model is
 ungrouped (``model.set_ungroup_grouped_query_attention(True)``; MIB asserts the same), else
@@ -126,11 +130,15 @@ def prune(model: HookedTransformer, circuit: Collection[SlotEdge]) -> frozenset[
         edges = kept
 
 
-def _ranked_edges(model: HookedTransformer, scores: Mapping[tuple[str, str], float]) -> list:
-    """Every MIB edge by decreasing ``|score|`` (:func:`expand_scores`; ties in computation
-    order)."""
+def _ranked_edges(
+    model: HookedTransformer, scores: Mapping[tuple[str, str], float], absolute: bool = True
+) -> list:
+    """Every MIB edge by decreasing ``|score|`` (``absolute``) or decreasing signed score
+    (:func:`expand_scores`; ties in computation order)."""
     expanded = expand_scores(model, scores)
-    return sorted(expanded, key=lambda e: -abs(expanded[e]))  # stable: computation order
+    if absolute:
+        return sorted(expanded, key=lambda e: -abs(expanded[e]))  # stable: computation order
+    return sorted(expanded, key=lambda e: -expanded[e])
 
 
 def top_edges(
@@ -139,10 +147,12 @@ def top_edges(
     n: int,
     *,
     pruned: bool = True,
+    absolute: bool = True,
 ) -> frozenset[SlotEdge]:
-    """The ``n`` MIB edges of largest ``|score|`` (:func:`expand_scores`; ties in computation
-    order), pruned as MIB prunes unless ``pruned=False``."""
-    order = _ranked_edges(model, scores)
+    """The ``n`` MIB edges of largest ``|score|`` (or of largest signed score where
+    ``absolute=False``; :func:`expand_scores`; ties in computation order), pruned as MIB prunes
+    unless ``pruned=False``."""
+    order = _ranked_edges(model, scores, absolute)
     if not 0 <= n <= len(order):
         raise ValueError(f"n must be in [0, {len(order)}], got {n}")
     chosen = frozenset(order[:n])
@@ -364,7 +374,97 @@ def faithfulness(m: float, m_empty: float, m_full: float) -> float:
     return (m - m_empty) / (m_full - m_empty)
 
 
+def _curves(
+    model: HookedTransformer,
+    tokens: TaskTokens,
+    orders: Sequence[Sequence[SlotEdge]],
+    fracs: tuple[float, ...],
+    batch_size: int | None,
+    memory_gib: float,
+) -> list[MIBScore]:
+    """The MIB curve of each ranking of ``orders`` (every MIB edge, first to last), all scored
+    in one set of patched passes (:func:`circuits_logit_diff`)."""
+    if not all(0 < x <= 1 for x in fracs):
+        raise ValueError(f"fractions must lie in (0, 1], got {fracs}")
+    edges = mib_edges(model)
+    n_edges = len(edges)
+    budgets = [int(fraction * n_edges) for fraction in fracs]  # MIB's rounding
+    circuits = [prune(model, frozenset(order[:n])) for order in orders for n in budgets]
+    distinct = list(dict.fromkeys(circuits))  # rankings that agree share their passes
+    m_empty, m_full, *found = circuits_logit_diff(
+        model, tokens, [(), edges, *distinct], batch_size, memory_gib
+    )
+    values = [found[distinct.index(circuit)] for circuit in circuits]
+    out = []
+    for k in range(len(orders)):
+        m = values[k * len(budgets) : (k + 1) * len(budgets)]
+        f = [faithfulness(v, m_empty, m_full) for v in m]
+        cpr, cmd = cpr_cmd(fracs, f)
+        kept = circuits[k * len(budgets) : (k + 1) * len(budgets)]
+        out.append(
+            MIBScore(
+                fractions=fracs,
+                budgets=tuple(budgets),
+                kept=tuple(len(circuit) for circuit in kept),
+                m=tuple(m),
+                faithfulness=tuple(f),
+                m_empty=m_empty,
+                m_full=m_full,
+                n_edges=n_edges,
+                cpr=cpr,
+                cmd=cmd,
+            )
+        )
+    return out
+
+
 def mib_score(
+    model: HookedTransformer,
+    tokens: TaskTokens,
+    scores: Mapping[tuple[str, str], float],
+    fractions: Sequence[float] = MIB_FRACTIONS,
+    *,
+    absolute: bool = True,
+    batch_size: int | None = None,
+    memory_gib: float = DEFAULT_PASS_GIB,
+) -> MIBScore:
+    """MIB's faithfulness curve, CPR and CMD of an edge scoring on ``tokens`` (module docstring),
+    its circuits the top edges by ``|score|`` (``absolute=True``) or by signed score.
+
+    ``scores`` are keyed by MIB edges or node edges (:func:`expand_scores`): EAP's, EAP-IG's
+    (:class:`~circuitlasso.evaluation.eap.AttributionResult`, its ``scores`` or ``slot_scores``)
+    or CircuitLasso's; a ranked list of edges through :func:`ranking_scores`.
+    """
+    fracs = tuple(float(x) for x in fractions)
+    order = _ranked_edges(model, scores, absolute)
+    return _curves(model, tokens, [order], fracs, batch_size, memory_gib)[0]
+
+
+@dataclass(frozen=True)
+class MIBScores:
+    """MIB's two curves of one scoring, as its ``print_results.py`` reports them: ``signed``
+    (circuits of the top signed scores) and ``absolute`` (of the top ``|score|``)."""
+
+    signed: MIBScore
+    absolute: MIBScore
+
+    @property
+    def cpr(self) -> float:
+        """MIB's CPR: the signed curve's."""
+        return self.signed.cpr
+
+    @property
+    def cmd(self) -> float:
+        """MIB's CMD: the absolute curve's."""
+        return self.absolute.cmd
+
+    @property
+    def cpr_abs(self) -> float:
+        """The absolute curve's CPR."""
+        return self.absolute.cpr
+
+
+def mib_scores(
     model: HookedTransformer,
     tokens: TaskTokens,
     scores: Mapping[tuple[str, str], float],
@@ -372,39 +472,13 @@ def mib_score(
     *,
     batch_size: int | None = None,
     memory_gib: float = DEFAULT_PASS_GIB,
-) -> MIBScore:
-    """MIB's faithfulness curve, CPR and CMD of an edge scoring on ``tokens`` (module docstring).
-
-    ``scores`` are keyed by MIB edges or node edges (:func:`expand_scores`): EAP's, EAP-IG's
-    (:class:`~circuitlasso.evaluation.eap.AttributionResult`, its ``scores`` or ``slot_scores``)
-    or CircuitLasso's; a ranked list of edges through :func:`ranking_scores`.
-    """
+) -> MIBScores:
+    """:func:`mib_score` of the signed and the absolute ranking of ``scores``, their circuits
+    scored in one set of patched passes."""
     fracs = tuple(float(x) for x in fractions)
-    if not all(0 < x <= 1 for x in fracs):
-        raise ValueError(f"fractions must lie in (0, 1], got {fracs}")
-    edges = mib_edges(model)
-    n_edges = len(edges)
-    order = _ranked_edges(model, scores)
-    budgets = [int(fraction * n_edges) for fraction in fracs]  # MIB's rounding
-    circuits = [prune(model, frozenset(order[:n])) for n in budgets]
-    kept = [len(circuit) for circuit in circuits]
-    m_empty, m_full, *values = circuits_logit_diff(
-        model, tokens, [(), edges, *circuits], batch_size, memory_gib
-    )
-    f = [faithfulness(v, m_empty, m_full) for v in values]
-    cpr, cmd = cpr_cmd(fracs, f)
-    return MIBScore(
-        fractions=fracs,
-        budgets=tuple(budgets),
-        kept=tuple(kept),
-        m=tuple(values),
-        faithfulness=tuple(f),
-        m_empty=m_empty,
-        m_full=m_full,
-        n_edges=n_edges,
-        cpr=cpr,
-        cmd=cmd,
-    )
+    orders = [_ranked_edges(model, scores, absolute) for absolute in (False, True)]
+    signed, absolute = _curves(model, tokens, orders, fracs, batch_size, memory_gib)
+    return MIBScores(signed, absolute)
 
 
 def ranking_scores(ranked: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:

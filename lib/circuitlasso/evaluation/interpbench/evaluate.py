@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 from transformer_lens import HookedTransformer
 
+from circuitlasso.circuits.anchored import anchored_circuit
 from circuitlasso.circuits.circuit import (
     Circuit,
     EdgeScores,
@@ -47,6 +48,7 @@ METHODS = (
     "circuitlasso-linear-read",  # the same with parents seen through the child's read weights
     "circuitlasso-nonlinear",  # group-lasso MLP per child
     "circuitlasso-nonlinear-read",  # the same with parents seen through the child's read weights
+    "circuitlasso-anchored",  # signed scores tied to the metric (circuits.anchored)
 )
 
 
@@ -77,12 +79,14 @@ DEFAULT_SETTINGS = RunSettings()
 
 @dataclass(frozen=True)
 class MethodRun:
-    """One run of one method: edge scores, its own threshold and the time split in seconds."""
+    """One run of one method: edge scores, its own threshold and the time split in seconds;
+    ``slot_scores``, signed scores per receiver slot, where the method gives them."""
 
     scores: EdgeScores
     threshold: float
     collect_seconds: float
     solve_seconds: float
+    slot_scores: dict[tuple[str, str], float] | None = None
 
 
 def run_method(
@@ -111,6 +115,19 @@ def run_method(
             result.collect_seconds,
             result.attribute_seconds,
         )
+    if method == "circuitlasso-anchored":
+        found = anchored_circuit(
+            model,
+            prompts.clean,
+            prompts.corrupted,
+            prompts.lasso_mask(),
+            metric_mask=torch.cat([prompts.position_mask, prompts.position_mask])
+            if prompts.position_mask.ndim == 2
+            else prompts.position_mask,
+            answers=answers,
+        )
+        return MethodRun(found.scores, found.threshold, found.collect_seconds,
+                         found.solve_seconds, found.slot_scores)  # fmt: skip
     if method in METHODS:
         lasso = component_circuit(
             model,
