@@ -1,4 +1,5 @@
-"""CircuitLasso anchored on the metric: its edges into the output against exact edge patching,
+"""CircuitLasso anchored on the metric: its edges into the output against exact edge patching (the
+logit difference with answers, the logits along their mean contrast without),
 on a small random transformer without a final norm, where the logit difference is linear in the
 last residual stream (so the regression's slope is exact, up to the Lasso's shrinkage)."""
 
@@ -75,3 +76,23 @@ def test_bad_inputs_are_clear_errors():
         anchored_edge_scores(acts, model, n_pairs=5)
     with pytest.raises(ValueError, match="lam_ratio"):
         anchored_edge_scores(acts, model, n_pairs=16, lam_ratio=1.5)
+
+
+def test_without_answers_the_metric_is_the_logits_along_their_mean_contrast():
+    model, tokens = _model(), _tokens()
+    lam_ratio = 0.01
+    found = anchored_circuit(model, tokens.clean, tokens.counterfactual, lam_ratio=lam_ratio)
+    edges = mib_edges(model)
+    with torch.no_grad():
+        clean, counter = model(tokens.clean).mean(1), model(tokens.counterfactual).mean(1)
+    direction = (clean - counter).mean(0)  # (V,): the mean logit contrast
+
+    def metric(circuit) -> float:
+        logits = edge_patched_logits(model, tokens.clean, tokens.counterfactual, circuit)
+        return float((logits.mean(1) @ direction).double().mean())
+
+    full = metric(edges)
+    for edge in [edge for edge in edges if edge[1] == "output"]:
+        effect = full - metric([e for e in edges if e != edge])
+        assert found.slot_scores[edge] == pytest.approx((1 - lam_ratio) * effect, rel=1e-4,
+                                                        abs=1e-6)  # fmt: skip

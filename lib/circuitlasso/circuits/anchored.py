@@ -76,13 +76,19 @@ def _slope(design: torch.Tensor, target: torch.Tensor, lam_ratio: float) -> torc
     return coef
 
 
-def _metric(acts: NodeActivations, n_pairs: int) -> torch.Tensor:
-    """The metric per prompt ``(M,)`` and the output's read direction (module docstring)."""
+def _logit_contrast(acts: NodeActivations) -> torch.Tensor:
+    """The output's mean clean minus counterfactual value, ``(V,)``: the direction the metric
+    reads where the output is every logit (module docstring)."""
     out = acts.block(OUTPUT).double()
-    if out.shape[1] == 1:
-        return out[:, 0]
-    direction = (out[:n_pairs] - out[n_pairs:]).mean(0)
-    return out @ direction
+    half = len(out) // 2
+    return (out[:half] - out[half:]).mean(0)
+
+
+def _metric(acts: NodeActivations) -> torch.Tensor:
+    """The metric per prompt ``(M,)``: the output's one column, or the logits projected on
+    :func:`_logit_contrast`."""
+    out = acts.block(OUTPUT).double()
+    return out[:, 0] if out.shape[1] == 1 else out @ _logit_contrast(acts)
 
 
 def anchored_edge_scores(
@@ -115,7 +121,7 @@ def anchored_edge_scores(
     mean_contrast = contrast.mean(1)  # (S, d)
     shared = torch.zeros(len(senders), outputs.shape[2], dtype=torch.float64)
     direct = torch.zeros_like(outputs[0])  # (M, d): the output's sensitivity, per prompt
-    y = _metric(acts, n_pairs)
+    y = _metric(acts)
     slot_scores: SlotScores = {}
     for j in reversed(range(len(nodes))):
         parents = acts.parents[j]
@@ -157,9 +163,8 @@ def _output_sensitivity(
     if acts.output_reads is not None:
         reads = acts.output_reads.double()  # (M, d)
     else:
-        out = acts.block(OUTPUT).double()
-        direction = (out[: len(out) // 2] - out[len(out) // 2 :]).mean(0)
-        reads = (model.W_U.detach().double().cpu() @ direction).expand(len(out), -1)
+        unembed = model.W_U.detach().double().cpu()
+        reads = (unembed @ _logit_contrast(acts)).expand(len(inputs), -1)
     read = (inputs * reads).sum(-1, keepdim=True)
     return _slope(read, y, lam_ratio)[0] * reads
 
