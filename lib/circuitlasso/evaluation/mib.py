@@ -206,6 +206,68 @@ class _EdgeGraph:
         return sender_outputs(reads, cache)
 
 
+SPARSE_DENSITY = 0.25  # a hook's sender masks are multiplied as sparse matrices below this
+
+
+@dataclass(frozen=True)
+class _HookUpdate:
+    """How the receivers of one hook (a layer's heads at one input, its MLP, or the output) take
+    their patch: ``heads`` (None for a whole-activation receiver); ``change: (n, S)`` each
+    receiver's patched senders; ``keep: (n, S)`` the same update written as the running sum of
+    every sender so far (``from_running``) minus its kept senders, where that is the sparser
+    product, valid when exactly the ``prefix`` first senders have run; each as a sparse matrix
+    where it is sparse."""
+
+    heads: tuple[int | None, ...]
+    change: torch.Tensor
+    keep: torch.Tensor
+    from_running: torch.Tensor
+    prefix: int
+
+    @classmethod
+    def of(
+        cls,
+        slots: Sequence[tuple[int | None, int]],
+        graph: _EdgeGraph,
+        inside: torch.Tensor,
+        like: torch.Tensor,
+    ) -> _HookUpdate:
+        """The hook's receivers ``slots`` (head, column of ``graph.slots``) for the circuit
+        ``inside: (S, R)``, as matrices of ``like``'s dtype on its device."""
+
+        def matrix(mask: torch.Tensor) -> torch.Tensor:
+            mask = mask.to(like)
+            sparse = mask.count_nonzero() < SPARSE_DENSITY * mask.numel()
+            return mask.to_sparse() if sparse else mask
+
+        columns = [j for _, j in slots]
+        feeds = graph.real[:, columns].T  # (n, S)
+        kept = inside[:, columns].T & feeds
+        change = feeds & ~kept
+        n_feeding = feeds.sum(1)
+        prefix = int(n_feeding[0])
+        is_prefix = bool((feeds[:, :prefix].all() & ~feeds[:, prefix:].any()).item())
+        from_running = (kept.sum(1) < change.sum(1)) & is_prefix
+        keep = torch.where(from_running[:, None], -kept.double(), change.double())
+        return cls(
+            heads=tuple(head for head, _ in slots),
+            change=matrix(change),
+            keep=matrix(keep),
+            from_running=from_running.to(like),
+            prefix=prefix if is_prefix else -1,
+        )
+
+    def updates(self, difference: torch.Tensor, running: torch.Tensor, recorded: int):
+        """``(n, *difference.shape[1:])``: each receiver's sum over its patched senders of
+        ``difference: (S, ...)`` (zero past the ``recorded`` senders), ``running`` its sum."""
+        flat = difference.flatten(1)
+        if self.prefix == recorded:
+            out = torch.mm(self.keep, flat) + self.from_running[:, None] * running.flatten()
+        else:
+            out = torch.mm(self.change, flat)
+        return out.view(-1, *difference.shape[1:])
+
+
 def _patched_logits(
     model: HookedTransformer,
     graph: _EdgeGraph,
@@ -217,27 +279,28 @@ def _patched_logits(
     patched with its sender's output in ``counter_outputs: (S, B, P, D)``.
 
     A receiver adds, over its patched senders, the sender's counterfactual output minus its
-    output in this pass. Senders run in computation order and every sender computed before a
-    receiver can feed it, so that sum is the running sum over every sender so far minus the
-    sum over the receiver's circuit edges: each receiver sums whichever of its two sets is
-    smaller, and a small circuit costs little more than a forward pass."""
+    output in this pass. Senders run in computation order and every sender that can feed a
+    receiver has run before it, so the receivers of one hook take their updates in one product
+    of their sender masks and the senders' differences (:class:`_HookUpdate`); where every
+    sender so far feeds them, a receiver with fewer kept than patched senders takes the running
+    sum minus its kept ones, so that small and large circuits alike are sparse products and
+    cost little more than a forward pass."""
     patched = graph.real & ~inside
     reads = sender_reads(model, graph.senders)
-    receiver_hooks: dict[str, list[tuple[int | None, torch.Tensor, torch.Tensor, int]]] = {}
+    slots_by_hook: dict[str, list[tuple[int | None, int]]] = {}
     for j, slot in enumerate(graph.slots):
         if patched[:, j].any():
-            feeding = torch.nonzero(graph.real[:, j]).flatten()
-            prefix = len(feeding) if int(feeding[-1]) == len(feeding) - 1 else -1  # 0 .. n - 1
-            keep = torch.nonzero(inside[:, j]).flatten()
-            change = torch.nonzero(patched[:, j]).flatten()
-            receiver_hooks.setdefault(slot.hook, []).append((slot.head, keep, change, prefix))
-    if not receiver_hooks:  # the full circuit: the clean run itself
+            slots_by_hook.setdefault(slot.hook, []).append((slot.head, j))
+    if not slots_by_hook:  # the full circuit: the clean run itself
         with torch.no_grad(), heads_summed(model):
             return model(clean.to(model.cfg.device))
-
+    like = counter_outputs[0, 0, 0, 0]
+    receivers = {
+        hook: _HookUpdate.of(slots, graph, inside, like) for hook, slots in slots_by_hook.items()
+    }
     difference = torch.zeros_like(counter_outputs)  # counterfactual - this pass, per sender
     running = torch.zeros_like(counter_outputs[0])  # the sum of difference over senders so far
-    recorded = [0]  # how many senders (a prefix, in computation order) are in running
+    recorded = [0]  # how many senders (a prefix, in computation order) difference holds
 
     def record(act: torch.Tensor, hook) -> None:
         for read in reads[hook.name]:
@@ -246,12 +309,10 @@ def _patched_logits(
             recorded[0] = read.index + 1
 
     def patch(act: torch.Tensor, hook) -> torch.Tensor:
+        receiver = receivers[hook.name]
+        updates = receiver.updates(difference, running, recorded[0])
         out = act.clone()
-        for head, keep, change, prefix in receiver_hooks[hook.name]:
-            if prefix == recorded[0] and len(keep) < len(change):
-                update = running - difference[keep].sum(0)
-            else:
-                update = difference[change].sum(0)
+        for head, update in zip(receiver.heads, updates, strict=True):
             if head is None:
                 out += update
             else:
@@ -259,7 +320,7 @@ def _patched_logits(
         return out
 
     hooks: list = [(h, record) for h in reads]
-    hooks += [(h, patch) for h in receiver_hooks]
+    hooks += [(h, patch) for h in receivers]
     with torch.no_grad(), heads_summed(model):
         return model.run_with_hooks(clean.to(model.cfg.device), fwd_hooks=hooks)
 
