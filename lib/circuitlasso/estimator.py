@@ -249,15 +249,18 @@ class CircuitLasso(BaseEstimator):
         rows = range(Z[fit.layer].shape[0]) if prompts is None else prompts
         return tr.prompt_importance(fit, circuit, Z, rows)
 
-    def trace(self, **rule: Any) -> Circuit:
+    def trace(self, readout: LabelFit | None = None, /, **rule: Any) -> Circuit:
         """A circuit traced from the readout by another rule than ``circuit_``'s, sharing its
         layer-pair fits (and fitting the columns it visits): ``rule`` is
         :func:`~circuitlasso.circuits.trace.trace_circuit`'s ``roots``, ``k``, ``mass``,
         ``depth``, ``prompt`` and ``standardized``, by default the estimator's ``roots``, ``k``
-        and ``standardized``."""
+        and ``standardized``. ``readout`` (positional): another fit of the same last layer to
+        trace from (such as a regression of the model's own output), instead of
+        ``label_fit_``."""
         self._fitted()
         rule = {"roots": self.roots, "k": self.k, "standardized": self.standardized, **rule}
-        return tr.trace_circuit(self.label_fit_, self.regressions_, **rule)
+        fit = self.label_fit_ if readout is None else readout
+        return tr.trace_circuit(fit, self.regressions_, **rule)
 
     def parent_fits(self, circuit: Circuit) -> dict[int, dict[int, LayerPairFit]]:
         """The layer-pair fit holding the parent column of every node of ``circuit`` that has

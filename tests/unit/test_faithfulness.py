@@ -28,9 +28,9 @@ from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.evaluation import faithfulness as fa
-from circuitlasso.evaluation.ablate import feature_means, node_ablation_sweep
+from circuitlasso.evaluation.ablate import feature_means, node_ablation_sweep, rank_features
 from circuitlasso.evaluation.attribution import attribution_scores
-from circuitlasso.evaluation.metrics import MinimalPairMargin
+from circuitlasso.evaluation.metrics import MinimalPairMargin, Readout
 from circuitlasso.evaluation.surrogate import Surrogate, edge_ablation_sweep
 
 torch.set_num_threads(1)
@@ -130,6 +130,15 @@ def test_trace_surrogate_starts_from_every_feature_the_readout_uses(
     empty = LabelFit(2, np.zeros(8), 0.0, 1.0, True)
     with pytest.raises(ValueError, match="the label fit uses no feature"):
         fa.trace_surrogate(hand_readout(Z, empty, lam_ratio=0.1), y)
+    # another top (a regression of the model's output): traced from its features, read by it
+    output = LabelFit(2, np.array([0, 0, 0, 0, 0, 0.7, -0.4, 0]), 1.0, 1e-3, True,
+                      kind="regression", classes=np.array([]))  # fmt: skip
+    lasso = hand_readout(Z, label, lam_ratio=0.1)
+    other = fa.trace_surrogate(lasso, y, k=2, readout=output)
+    assert {n for n, d in other.circuit.nodes(data=True) if d["layer"] == 2} == {"z2.5", "z2.6"}
+    np.testing.assert_array_equal(other.surrogate.readout.coef, output.coef)
+    assert other.surrogate.readout.intercept == 1.0
+    assert other.ranking == other.surrogate.rank_nodes()
 
 
 def test_attribution_baseline_is_the_means_then_signed_integrated_gradients(
@@ -143,11 +152,71 @@ def test_attribution_baseline_is_the_means_then_signed_integrated_gradients(
     for layer in saes:
         torch.testing.assert_close(baseline.means[layer], means[layer])
         np.testing.assert_allclose(baseline.scores[layer], scores[layer], rtol=1e-6, atol=1e-9)
-    assert baseline.seconds > 0
+    assert 0 < baseline.means_seconds < baseline.seconds
 
 
 def fake_saes(widths: dict[int, int]) -> dict:
     return {layer: SimpleNamespace(cfg=SimpleNamespace(d_sae=d)) for layer, d in widths.items()}
+
+
+def ablated_read(Z, columns, top, layer, feature, mean) -> np.ndarray:
+    """``(n,)`` linear read ``top`` of the last layer of the dense surrogate (residuals held
+    fixed, the fitted columns recomputed layer by layer upward) with feature ``feature`` of
+    ``layer`` set to ``mean`` on every prompt; ``layer=None``: nothing ablated."""
+    dense = {layer: z.toarray() for layer, z in Z.items()}
+    new = {layer: z.copy() for layer, z in dense.items()}
+    for child in sorted(dense):
+        if child in columns:
+            (below,) = {fit.parent for fit in columns[child].values()}
+            for c, fit in columns[child].items():
+                coef = fit.column(c).toarray().ravel()
+                new[child][:, c] += (new[below] - dense[below]) @ coef
+        if child == layer:
+            new[child][:, feature] = mean
+    return new[max(dense)] @ top
+
+
+def test_anchored_score_is_the_exact_effect_of_ablating_each_feature_in_a_linear_surrogate(
+    hand_chain,
+) -> None:
+    Z, columns, label = hand_chain
+    surrogate = Surrogate(Z, columns, label)
+    rng = np.random.default_rng(3)
+    evaluated = {layer: sp.csr_matrix(z.toarray()[:8] * rng.uniform(0.5, 2, (8, 4)))
+                 for layer, z in Z.items()}  # fmt: skip
+    means = {layer: torch.tensor(rng.uniform(0, 1.5, 4), dtype=torch.float32) for layer in Z}
+    weights = np.array([1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0]) * rng.uniform(0.5, 1, 8)
+    scores = fa.anchored_scores(surrogate, evaluated, means, weights)
+    # by hand: the weighted mean change of the read when the feature is kept rather than ablated
+    clean = ablated_read(evaluated, columns, label.coef, None, 0, 0.0)
+    exact = {}
+    for layer in Z:
+        for f in range(4):
+            ablated = ablated_read(evaluated, columns, label.coef, layer, f, float(means[layer][f]))
+            exact[(layer, f)] = float(np.mean(weights * (clean - ablated)))
+    found = {(layer, f): scores.get(layer, np.zeros(4))[f] for layer in Z for f in range(4)}
+    assert found == pytest.approx(exact, rel=1e-9, abs=1e-12)
+    assert exact[(0, 2)] == 0.0  # z0.2 feeds no fitted column: off the surrogate, no effect
+    # every feature with an effect is ranked, largest first; the one that lowers the read last
+    ranking = rank_features(scores, signed=True)
+    nonzero = {node: v for node, v in exact.items() if v}
+    assert ranking == sorted(nonzero, key=lambda node: -nonzero[node])
+    last = ranking[-1]
+    assert exact[last] < 0 and exact[last] == min(exact.values())
+    assert rank_features(scores).index(last) < len(ranking) - 1  # by |score| it is not last
+    # another linear top of the last layer (a regression of the model's output) takes the
+    # same paths
+    top = np.array([1.0, 0.5, -2.0, 0.0])
+    other = fa.anchored_scores(Surrogate(Z, columns, Readout(2, top, 0.3)), evaluated, means,
+                               weights)  # fmt: skip
+    clean = ablated_read(evaluated, columns, top, None, 0, 0.0)
+    for layer, f in exact:
+        ablated = ablated_read(evaluated, columns, top, layer, f, float(means[layer][f]))
+        assert other.get(layer, np.zeros(4))[f] == pytest.approx(
+            np.mean(weights * (clean - ablated)), rel=1e-9, abs=1e-12
+        )
+    with pytest.raises(ValueError, match="layer 2 has 8 prompts, weights 3"):
+        fa.anchored_scores(surrogate, evaluated, means, weights[:3])
 
 
 def test_node_rankings_compare_the_surrogate_ig_and_every_feature_at_random() -> None:
@@ -164,6 +233,11 @@ def test_node_rankings_compare_the_surrogate_ig_and_every_feature_at_random() ->
         rankings["random"]
         != fa.node_rankings(traced, baseline, fake_saes({0: 3, 1: 4}), 1)["random"]
     )
+    anchored = fa.Anchored({0: np.array([0.5, 0.0, -2.0]), 1: np.array([0.0, 1.5, 0.0, 0.1])}, 1.0)
+    with_anchored = fa.node_rankings(traced, baseline, fake_saes({0: 3, 1: 4}), 0, anchored)
+    assert list(with_anchored) == ["CircuitLasso", fa.ANCHORED, "IG attribution", "random"]
+    assert with_anchored[fa.ANCHORED] == [(1, 1), (0, 0), (1, 3), (0, 2)]  # by score, signed
+    assert {k: v for k, v in with_anchored.items() if k != fa.ANCHORED} == rankings
 
 
 # ---------------------------------------------------------------- sweeps
@@ -251,6 +325,16 @@ def test_runtime_table_and_method_seconds(monkeypatch: pytest.MonkeyPatch) -> No
         "CircuitLasso: collect": 1.0, "CircuitLasso: fit": 2.0, "CircuitLasso": 3.0,
         "IG attribution": 12.3,
     }  # fmt: skip
+    # the anchored ranking: CircuitLasso's stages, the ablation means and its own seconds
+    baseline = fa.Baseline({}, {}, 12.34, means_seconds=2.0)
+    anchored = fa.Anchored({}, 0.5)
+    assert fa.method_seconds(clock, baseline, anchored) == {
+        "CircuitLasso": 3.0, fa.ANCHORED: 5.5, "IG attribution": 12.34,
+    }  # fmt: skip
+    assert fa.runtime_table(clock, baseline, anchored)["seconds"].to_dict() == {
+        "CircuitLasso: collect": 1.0, "CircuitLasso: fit": 2.0, "CircuitLasso": 3.0,
+        fa.ANCHORED: 5.5, "IG attribution": 12.3,
+    }  # fmt: skip
 
 
 def test_write_curves_holds_both_sweeps_marked_by_ablation(tmp_path: Path) -> None:
@@ -307,3 +391,6 @@ def test_summary_of_a_small_experiment(chain, monkeypatch: pytest.MonkeyPatch) -
     readout = fa.summary(traced, node, edge, clock, fa.Baseline({}, {}, 5.678), target=0.8,
                          metric=label)  # fmt: skip
     assert readout == {**found, "metric": "readout"}
+    anchored = fa.summary(traced, node, edge, clock, fa.Baseline({}, {}, 5.678, 1.0), target=0.8,
+                          metric=label, anchored=fa.Anchored({}, 0.25))  # fmt: skip
+    assert anchored["seconds"] == {"CircuitLasso": 2.0, fa.ANCHORED: 3.25, "IG attribution": 5.68}

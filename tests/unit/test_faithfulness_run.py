@@ -8,6 +8,7 @@ be the same.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,13 @@ import pytest
 import torch
 
 from circuitlasso import cache
+from circuitlasso.circuits.features import fit_label
 from circuitlasso.circuits.study import FeatureStudy
+from circuitlasso.collect import collect_sae_features
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
+from circuitlasso.evaluation.ablate import rank_features
+from circuitlasso.evaluation.acceptability import sentence_log_probs
 from circuitlasso.evaluation.faithfulness_run import FaithfulnessRun
 
 torch.set_num_threads(1)
@@ -40,7 +45,7 @@ def run(study: FeatureStudy) -> FaithfulnessRun:
     sentences = fa.evaluation_sentences(study.train, study.test, 3, 12, seed=1)
     run = FaithfulnessRun(study, sentences, seed=1, batch_size=8)
     run.fit_circuit(LAM, LAM_RATIO, MIN_PROMPTS, k=K)
-    run.attribution("readout", steps=2)
+    run.attribution("readout", steps=2, anchor={"top": "readout"})
     run.node_sweep(NODE_SIZES)
     run.edge_sweep(EDGE_SIZES)
     return run
@@ -56,11 +61,16 @@ def steps(study: FeatureStudy) -> dict:
     measure, evaluated = fa.evaluation_metric("readout", estimator, sentences)
     baseline = fa.attribution_baseline(study.model, study.saes, measure, evaluated, steps=2,
                                        batch_size=8)  # fmt: skip
-    rankings = fa.node_rankings(traced, baseline, study.saes, 1)
+    Z = collect_sae_features(study.model, study.saes, evaluated.prompts, batch_size=8,
+                             cache=False, progress=False)  # fmt: skip
+    weights = measure.weights(evaluated.labels, len(evaluated.prompts))
+    anchored = fa.Anchored(fa.anchored_scores(traced.surrogate, Z, baseline.means, weights), 0.0)
+    rankings = fa.node_rankings(traced, baseline, study.saes, 1, anchored)
     node = fa.node_sweep(study.model, study.saes, measure, evaluated, rankings, baseline.means,
                          sizes=NODE_SIZES, batch_size=8)  # fmt: skip
     edge = fa.edge_sweep(traced.surrogate, fa.edge_rankings(traced.surrogate, 1), EDGE_SIZES)
-    return {"traced": traced, "measure": measure, "baseline": baseline, "node": node, "edge": edge}
+    return {"traced": traced, "measure": measure, "baseline": baseline, "anchored": anchored,
+            "node": node, "edge": edge}  # fmt: skip
 
 
 def test_load_is_the_study_and_its_evaluation_sentences(study: FeatureStudy) -> None:
@@ -104,22 +114,58 @@ def test_attribution_is_the_named_metric_and_its_baseline(
         torch.testing.assert_close(run.baseline.means[layer], steps["baseline"].means[layer])
     table = run.runtime_table()
     assert list(table.index) == [f"CircuitLasso: {s}" for s in run.clock.laps] + [
-        "CircuitLasso", "IG attribution",
+        "CircuitLasso", fa.ANCHORED, "IG attribution",
     ]  # fmt: skip
+
+
+def test_anchor_is_the_surrogates_scores_on_the_evaluated_sentences(
+    run: FaithfulnessRun, steps: dict
+) -> None:
+    assert run.anchored is not None
+    assert run.anchored.scores.keys() == steps["anchored"].scores.keys()
+    for layer, scores in steps["anchored"].scores.items():
+        np.testing.assert_allclose(run.anchored.scores[layer], scores, rtol=1e-9, atol=1e-15)
+        assert np.count_nonzero(scores)
+
+
+def test_anchor_on_the_models_own_log_probability(
+    run: FaithfulnessRun, study: FeatureStudy
+) -> None:
+    assert run.estimator is not None and run.baseline is not None and run.evaluated is not None
+    # reference: the sentence log-probabilities, their Lasso and its trace one call at a time
+    target = sentence_log_probs(study.model, study.prompts, batch_size=8)
+    fit = fit_label(study.Z[3], target, 0.05, layer=3, kind="regression", min_prompts=MIN_PROMPTS)
+    traced = fa.trace_surrogate(run.estimator, study.y.tolist(), k=K, readout=fit)
+    used = {f"z3.{f}" for f in np.flatnonzero(fit.coef)}
+    assert used and used <= set(traced.circuit.nodes)
+    Z = collect_sae_features(study.model, study.saes, run.evaluated.prompts, batch_size=8,
+                             cache=False, progress=False)  # fmt: skip
+    weights = 2.0 * np.array(run.evaluated.labels) - 1  # the readout metric: signed by labels
+    expected = fa.anchored_scores(traced.surrogate, Z, run.baseline.means, weights)
+    other = replace(run)  # the module's run keeps its own anchored ranking
+    found = other.anchor("log_prob", signed=False, lam_ratio=0.05)  # k parents, as traced
+    assert found.scores.keys() == expected.keys()
+    for layer, scores in expected.items():
+        np.testing.assert_allclose(found.scores[layer], scores, rtol=1e-9, atol=1e-15)
+    assert not found.signed and found.ranking() == rank_features(expected)
+    assert run.anchored is not None and run.anchored.signed
+    with pytest.raises(ValueError, match="unknown top 'logits'; the tops are readout, log_prob"):
+        other.anchor("logits")
 
 
 def test_sweeps_are_the_steps_tables(run: FaithfulnessRun, steps: dict) -> None:
     assert run.node is not None and run.edge is not None
     pd.testing.assert_frame_equal(run.node, steps["node"], rtol=1e-6)
     pd.testing.assert_frame_equal(run.edge, steps["edge"], rtol=1e-6)
-    assert set(run.node["method"]) == {"CircuitLasso", "IG attribution", "random"}
+    assert set(run.node["method"]) == {"CircuitLasso", fa.ANCHORED, "IG attribution", "random"}
 
 
 def test_summary_and_curves_are_the_steps(
     run: FaithfulnessRun, steps: dict, tmp_path: Path
 ) -> None:
     expected = fa.summary(steps["traced"], steps["node"], steps["edge"], run.clock,
-                          steps["baseline"], 0.8, metric=steps["measure"])  # fmt: skip
+                          steps["baseline"], 0.8, metric=steps["measure"],
+                          anchored=steps["anchored"])  # fmt: skip
     found = run.summary(0.8)
     assert found.pop("seconds")["CircuitLasso"] == round(run.clock.total, 2)
     expected.pop("seconds")
@@ -137,6 +183,8 @@ def test_a_step_before_its_inputs_names_the_step_to_run_first(study: FeatureStud
         fresh.attribution()
     with pytest.raises(RuntimeError, match="run attribution first"):
         fresh.node_sweep()
+    with pytest.raises(RuntimeError, match="run fit_circuit first"):
+        fresh.anchor()
     with pytest.raises(RuntimeError, match="run fit_circuit first"):
         fresh.edge_sweep()
     with pytest.raises(RuntimeError, match="run node_sweep first"):

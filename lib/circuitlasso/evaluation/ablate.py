@@ -150,11 +150,12 @@ def metric_with_ablation(
     return _metric(model, saes, metric, batches, weights, masks, means)
 
 
-def rank_features(scores: Mapping[int, np.ndarray]) -> list[Node]:
-    """``(layer, feature)`` with nonzero ``scores[layer][feature]``, largest ``|score|`` first."""
+def rank_features(scores: Mapping[int, np.ndarray], *, signed: bool = False) -> list[Node]:
+    """``(layer, feature)`` with nonzero ``scores[layer][feature]``, largest ``|score|`` first, or
+    with ``signed`` largest score first (negative scores last)."""
     nodes = [(layer, int(f)) for layer, s in scores.items() for f in np.flatnonzero(s)]
-    values = np.array([abs(scores[layer][f]) for layer, f in nodes])
-    return [nodes[i] for i in np.argsort(-values, kind="stable")]
+    values = np.array([scores[layer][f] for layer, f in nodes])
+    return [nodes[i] for i in np.argsort(-(values if signed else np.abs(values)), kind="stable")]
 
 
 def random_ranking(items: Sequence[T], seed: int) -> list[T]:

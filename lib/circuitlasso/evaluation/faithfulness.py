@@ -47,7 +47,8 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import atomic_path
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.features import LabelFit
+from circuitlasso.circuits.features import Features, LabelFit, fit_label
+from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.graph import Edge
 from circuitlasso.data.minimal_pairs import MinimalPair, load_minimal_pairs
 from circuitlasso.estimator import CircuitLasso
@@ -60,6 +61,7 @@ from circuitlasso.evaluation.ablate import (
     random_ranking,
     rank_features,
 )
+from circuitlasso.evaluation.acceptability import sentence_log_probs
 from circuitlasso.evaluation.attribution import attribution_scores
 from circuitlasso.evaluation.metrics import (
     Metric,
@@ -73,6 +75,8 @@ from circuitlasso.timing import Stopwatch
 
 CURVE_POINTS = (4, 64, 1024, 4096, 8192)  # circuit sizes the summary reports
 METRICS = ("readout", "minimal_pairs")  # the metrics evaluation_metric knows by name
+ANCHORED = "CircuitLasso (anchored)"  # the surrogate's ranking anchored on the evaluation sentences
+ANCHOR_TOPS = ("readout", "log_prob")  # the tops FaithfulnessRun.anchor knows by name
 
 
 # ---------------------------------------------------------------- sentences
@@ -176,27 +180,40 @@ def trace_surrogate(
     *,
     roots: int | None = None,
     k: int = 4,
+    readout: LabelFit | None = None,
 ) -> TracedSurrogate:
     """Trace the circuit of the fitted binary ``lasso`` from ``roots`` last-layer features
     (None: every feature the readout uses) keeping ``k`` parents per node, scores weighted by
     each feature's standard deviation; its surrogate, with the metric signed by the training
-    ``labels: (M,)`` ``lasso`` was fitted on; the surrogate's node ranking."""
-    roots = int(np.count_nonzero(lasso.coef_)) if roots is None else roots
+    ``labels: (M,)`` ``lasso`` was fitted on; the surrogate's node ranking. ``readout``: trace
+    from another fit of the last layer instead (a regression of the model's own output, see
+    :func:`output_surrogate`), sharing ``lasso``'s layer-pair fits; the surrogate then has it
+    as its linear top."""
+    top = (
+        Readout.of(lasso)
+        if readout is None
+        else Readout(
+            readout.layer, np.asarray(readout.coef, dtype=np.float64), float(readout.intercept)
+        )
+    )
+    roots = int(np.count_nonzero(top.coef)) if roots is None else roots
     if roots < 1:
         raise ValueError("nothing to trace: the label fit uses no feature and roots is not given")
-    circuit = lasso.trace(roots=roots, k=k, standardized=True)
-    surrogate = Surrogate(lasso.X_fit_, lasso.parent_fits(circuit), Readout.of(lasso), labels)
+    circuit = lasso.trace(readout, roots=roots, k=k, standardized=True)
+    surrogate = Surrogate(lasso.X_fit_, lasso.parent_fits(circuit), top, labels)
     return TracedSurrogate(circuit, surrogate, surrogate.rank_nodes())
 
 
 @dataclass(frozen=True)
 class Baseline:
     """The attribution baseline: feature ``means`` ``{layer: (D,)}`` over the reference sentences,
-    IG ``scores`` ``{layer: (D,)}`` on the evaluation sentences, and the ``seconds`` both took."""
+    IG ``scores`` ``{layer: (D,)}`` on the evaluation sentences, the ``seconds`` both took and
+    ``means_seconds``, the means' share of them."""
 
     means: dict[int, torch.Tensor]
     scores: dict[int, np.ndarray]
     seconds: float
+    means_seconds: float = 0.0
 
 
 def attribution_baseline(
@@ -216,6 +233,7 @@ def attribution_baseline(
     check_saes(model, saes, metric)
     clock = Stopwatch()
     means = feature_means(model, saes, sentences.reference, batch_size=batch_size)
+    clock.lap("means")
     attribution = attribution_scores(
         model,
         saes,
@@ -226,17 +244,116 @@ def attribution_baseline(
         steps=steps,
         batch_size=batch_size,
     )
-    return Baseline(means, attribution.scores, clock.lap("baseline"))
+    clock.lap("integrated gradients")
+    return Baseline(means, attribution.scores, clock.total, clock.laps["means"])
+
+
+def anchored_scores(
+    surrogate: Surrogate,
+    Z: Mapping[int, Features],
+    means: Mapping[int, torch.Tensor],
+    weights: np.ndarray,
+) -> dict[int, np.ndarray]:
+    """``{layer: (D,)}`` each feature's first-order effect on the metric of keeping it rather
+    than mean-ablating it, the surrogate standing in for the gradient:
+    ``score_f = T_f * mean over prompts i of weights_i * (Z[layer][i, f] - means[layer][f])``.
+
+    ``T``: :meth:`Surrogate.total_effects` of a unit change of each feature on the surrogate's
+    linear top (the readout's logit), zero off the surrogate; ``Z``: ``{layer: (n, D)}``
+    token-averaged features of the evaluation prompts; ``means``: ``{layer: (D,)}`` the
+    ablation means (what node ablation sets a feature to at every token, so its token average
+    too); ``weights: (n,)`` each prompt's weight in the metric (``Metric.weights``)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    scores = {}
+    for layer, total in surrogate.total_effects().items():
+        z = Z[layer]
+        if z.shape[0] != len(weights):
+            raise ValueError(f"layer {layer} has {z.shape[0]} prompts, weights {len(weights)}")
+        contrast = np.asarray(z.T @ weights).ravel() - weights.sum() * means[layer].double().numpy()
+        scores[layer] = total * contrast / len(weights)
+    return scores
+
+
+def output_surrogate(
+    model: HookedTransformer,
+    lasso: CircuitLasso,
+    prompts: Sequence[str],
+    labels: Sequence[int],
+    *,
+    lam_ratio: float = 0.01,
+    k: int = 4,
+    batch_size: int = 32,
+) -> TracedSurrogate:
+    """The surrogate with the decoder's own output on top instead of the label readout: each
+    training sentence's log-probability (``prompts: (M,)``, the sentences ``lasso`` was fitted
+    on; :func:`~circuitlasso.evaluation.acceptability.sentence_log_probs`) regressed on the last
+    layer's features by the Lasso (``lam_ratio`` of its ``lam_max``, the features active on at
+    least ``lasso.min_prompts`` prompts), then :func:`trace_surrogate` from every feature it uses
+    through ``lasso``'s layer-pair fits (``k`` parents per node; ``labels: (M,)`` as there)."""
+    target = sentence_log_probs(model, prompts, batch_size=batch_size)
+    layer = lasso.readout_layer_
+    fit = fit_label(lasso.X_fit_[layer], target, lam_ratio, layer=layer, kind="regression",
+                    min_prompts=lasso.min_prompts, device=lasso.device)  # fmt: skip
+    return trace_surrogate(lasso, labels, k=k, readout=fit)
+
+
+@dataclass(frozen=True)
+class Anchored:
+    """CircuitLasso's ranking anchored on the evaluation sentences: :func:`anchored_scores`
+    ``{layer: (D,)}``, ranked by score (``signed``) or by ``|score|``, and the ``seconds`` its
+    own steps took (the evaluation sentences' features and the scores, and where the surrogate
+    has another top than the readout, that top's fit and trace)."""
+
+    scores: dict[int, np.ndarray]
+    seconds: float
+    signed: bool = True
+
+    def ranking(self) -> list[Node]:
+        """Features of nonzero score, largest score (``signed``) or ``|score|`` first."""
+        return rank_features(self.scores, signed=self.signed)
+
+
+def anchored_baseline(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    metric: Metric | LabelFit,
+    sentences: Sentences,
+    traced: TracedSurrogate,
+    means: Mapping[int, torch.Tensor],
+    *,
+    signed: bool = True,
+    batch_size: int = 64,
+) -> Anchored:
+    """:func:`anchored_scores` of ``traced``'s surrogate on ``sentences.prompts`` (their
+    token-averaged features collected, :func:`~circuitlasso.collect.collect_sae_features`, not
+    cached), weighted as ``metric`` weights their labels, against the ablation ``means``;
+    timed; ranked by score (``signed``) or ``|score|``."""
+    clock = Stopwatch()
+    Z = collect_sae_features(model, saes, sentences.prompts, batch_size=batch_size, cache=False,
+                             progress=False)  # fmt: skip
+    clock.lap("evaluation features")
+    weights = as_metric(metric).weights(sentences.labels, len(sentences.prompts))
+    scores = anchored_scores(traced.surrogate, Z, means, weights)
+    clock.lap("scores")
+    return Anchored(scores, clock.total, signed)
 
 
 def node_rankings(
-    traced: TracedSurrogate, baseline: Baseline, saes: Mapping[int, SAE], seed: int
+    traced: TracedSurrogate,
+    baseline: Baseline,
+    saes: Mapping[int, SAE],
+    seed: int,
+    anchored: Anchored | None = None,
 ) -> dict[str, list[Node]]:
-    """The node rankings compared: ``CircuitLasso`` (the surrogate's), ``IG attribution`` (nonzero
-    scores by ``|score|``) and ``random`` (every feature of ``saes``, seeded)."""
+    """The node rankings compared: ``CircuitLasso`` (the surrogate's), with ``anchored`` given
+    :data:`ANCHORED` (:meth:`Anchored.ranking`), ``IG attribution``
+    (nonzero scores by ``|score|``) and ``random`` (every feature of ``saes``, seeded)."""
     everything = [(layer, f) for layer, sae in saes.items() for f in range(sae.cfg.d_sae)]
+    rankings = {"CircuitLasso": traced.ranking}
+    if anchored is not None:
+        rankings[ANCHORED] = anchored.ranking()
     return {
-        "CircuitLasso": traced.ranking,
+        **rankings,
         "IG attribution": rank_features(baseline.scores),
         "random": random_ranking(everything, seed),
     }
@@ -334,17 +451,26 @@ def curve_table(sweep: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
     return table.round(decimals) + 0.0
 
 
-def method_seconds(clock: Stopwatch, baseline: Baseline) -> dict[str, float]:
-    """Each ranking method's seconds: ``CircuitLasso`` every stage of the ``clock``, ``IG
-    attribution`` the ``baseline``'s (the random ranking costs nothing)."""
-    return {"CircuitLasso": clock.total, "IG attribution": baseline.seconds}
+def method_seconds(
+    clock: Stopwatch, baseline: Baseline, anchored: Anchored | None = None
+) -> dict[str, float]:
+    """Each ranking method's seconds: ``CircuitLasso`` every stage of the ``clock``;
+    :data:`ANCHORED` those, the ablation means (``baseline.means_seconds``) and its own
+    (``anchored.seconds``); ``IG attribution`` the ``baseline``'s (the random ranking costs
+    nothing)."""
+    seconds = {"CircuitLasso": clock.total}
+    if anchored is not None:
+        seconds[ANCHORED] = clock.total + baseline.means_seconds + anchored.seconds
+    return {**seconds, "IG attribution": baseline.seconds}
 
 
-def runtime_table(clock: Stopwatch, baseline: Baseline) -> pd.DataFrame:
+def runtime_table(
+    clock: Stopwatch, baseline: Baseline, anchored: Anchored | None = None
+) -> pd.DataFrame:
     """One column ``seconds``, to 0.1 s: CircuitLasso's stages (the ``clock``'s laps, named
     ``CircuitLasso: <stage>``), then the methods of :func:`method_seconds`."""
     stages = {f"CircuitLasso: {stage}": s for stage, s in clock.laps.items()}
-    times = {**stages, **method_seconds(clock, baseline)}
+    times = {**stages, **method_seconds(clock, baseline, anchored)}
     return pd.Series(times, name="seconds").round(1).to_frame()
 
 
@@ -383,6 +509,7 @@ def summary(
     target: float,
     *,
     metric: Metric | LabelFit,
+    anchored: Anchored | None = None,
 ) -> dict[str, Any]:
     """The section's summary: the name of the ``metric`` node ablation measured (the edge
     sweep's is always the readout), circuit and surrogate sizes, ranked features per layer,
@@ -414,5 +541,5 @@ def summary(
             for kind, sweep in (("node", node), ("edge", edge))
             for column in ("faithfulness", "completeness")
         },
-        "seconds": {m: round(s, 2) for m, s in method_seconds(clock, baseline).items()},
+        "seconds": {m: round(s, 2) for m, s in method_seconds(clock, baseline, anchored).items()},
     }

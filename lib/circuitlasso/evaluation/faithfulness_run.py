@@ -10,7 +10,9 @@ left:
 1. :meth:`~FaithfulnessRun.fit_circuit`: the label regression, then the layer-pair regressions,
    the trace and the surrogate's ranking (``trace_surrogate``), timed stage by stage;
 2. :meth:`~FaithfulnessRun.attribution`: the metric by name (``evaluation_metric``) and the
-   attribution baseline (``attribution_baseline``); :meth:`~FaithfulnessRun.runtime_table`;
+   attribution baseline (``attribution_baseline``); :meth:`~FaithfulnessRun.anchor`: the
+   surrogate's ranking anchored on the evaluation sentences (``anchored_baseline``, optional);
+   :meth:`~FaithfulnessRun.runtime_table`;
 3. :meth:`~FaithfulnessRun.node_sweep` (``node_rankings``, then ``node_sweep``) and
    :meth:`~FaithfulnessRun.edge_sweep` (``edge_rankings``, then ``edge_sweep``);
 4. :meth:`~FaithfulnessRun.write_curves` and :meth:`~FaithfulnessRun.summary`.
@@ -20,8 +22,8 @@ A step whose inputs are missing raises ``RuntimeError`` naming the step to run f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -49,20 +51,23 @@ def _need(value: T | None, step: str) -> T:
 class FaithfulnessRun:
     """A ``study``, its evaluation ``sentences`` and, once their steps have run, the fitted
     ``estimator``, the ``traced`` circuit and surrogate, the ``measure`` of node ablation and the
-    ``evaluated`` sentences it is measured on, the attribution ``baseline`` and the ``node`` and
-    ``edge`` sweeps; ``clock`` times CircuitLasso's stages. ``seed`` seeds the random rankings,
-    ``batch_size`` every forward pass."""
+    ``evaluated`` sentences it is measured on, the attribution ``baseline``, the ``anchored``
+    ranking's scores (where :meth:`anchor` ran) and the ``node`` and ``edge`` sweeps; ``clock``
+    times CircuitLasso's stages. ``seed`` seeds the random rankings, ``batch_size`` every
+    forward pass; ``k``: the parents per node :meth:`fit_circuit` traced with."""
 
     study: FeatureStudy
     sentences: fa.Sentences
     seed: int = 0
     batch_size: int = 64
+    k: int = 4
     clock: Stopwatch = field(default_factory=Stopwatch)
     estimator: CircuitLasso | None = None
     traced: fa.TracedSurrogate | None = None
     measure: Metric | None = None
     evaluated: fa.Sentences | None = None
     baseline: fa.Baseline | None = None
+    anchored: fa.Anchored | None = None
     node: pd.DataFrame | None = None
     edge: pd.DataFrame | None = None
 
@@ -116,6 +121,7 @@ class FaithfulnessRun:
         estimator = CircuitLasso(label_lam=lam, lam_ratio=lam_ratio, min_prompts=min_prompts)
         self.estimator = estimator.fit(self.study.Z, self.study.y)
         self.clock.lap("label regression")
+        self.k = k
         self.traced = fa.trace_surrogate(self.estimator, self.study.y.tolist(), roots=roots, k=k)
         self.clock.lap("layer-pair regressions, trace, ranking")
         return self.traced
@@ -126,11 +132,13 @@ class FaithfulnessRun:
         *,
         steps: int = 10,
         pairs: Sequence[MinimalPair] | None = None,
+        anchor: Mapping[str, Any] | None = None,
     ) -> fa.Baseline:
         """Choose the ``metric`` of node ablation by name
         (:func:`~circuitlasso.evaluation.faithfulness.evaluation_metric`, ``pairs`` for
         ``"minimal_pairs"``) and compute the attribution baseline of it (``steps`` IG steps;
-        :func:`~circuitlasso.evaluation.faithfulness.attribution_baseline`)."""
+        :func:`~circuitlasso.evaluation.faithfulness.attribution_baseline`); with ``anchor``
+        (:meth:`anchor`'s options), then the anchored ranking on the same sentences and means."""
         self.measure, self.evaluated = fa.evaluation_metric(
             metric, _need(self.estimator, "fit_circuit"), self.sentences, pairs=pairs
         )
@@ -142,20 +150,64 @@ class FaithfulnessRun:
             steps=steps,
             batch_size=self.batch_size,
         )
+        if anchor is not None:
+            self.anchor(**anchor)
         return self.baseline
+
+    def anchor(
+        self, top: str = "readout", *, signed: bool = True, lam_ratio: float = 0.01
+    ) -> fa.Anchored:
+        """CircuitLasso's ranking anchored on the evaluated sentences: each feature's contrast
+        with its ablation mean times its total effect through the surrogate, ranked by score
+        (``signed``) or ``|score|``
+        (:func:`~circuitlasso.evaluation.faithfulness.anchored_baseline`); node sweeps then
+        compare it too. ``top`` (one of :data:`~circuitlasso.evaluation.faithfulness.ANCHOR_TOPS`):
+        the traced circuit's surrogate (``"readout"``), or one with the decoder's own
+        log-probability of each training sentence on top (``"log_prob"``,
+        :func:`~circuitlasso.evaluation.faithfulness.output_surrogate` at ``lam_ratio``, as many
+        parents per node as :meth:`fit_circuit` kept), its seconds counted in the ranking's."""
+        traced = _need(self.traced, "fit_circuit")
+        if top not in fa.ANCHOR_TOPS:
+            raise ValueError(f"unknown top {top!r}; the tops are {', '.join(fa.ANCHOR_TOPS)}")
+        clock = Stopwatch()
+        if top == "log_prob":
+            traced = fa.output_surrogate(
+                self._model,
+                _need(self.estimator, "fit_circuit"),
+                self.study.prompts,
+                self.study.y.tolist(),
+                lam_ratio=lam_ratio,
+                k=self.k,
+                batch_size=self.batch_size,
+            )
+        clock.lap("top")
+        anchored = fa.anchored_baseline(
+            self._model,
+            self.study.saes,
+            _need(self.measure, "attribution"),
+            _need(self.evaluated, "attribution"),
+            traced,
+            _need(self.baseline, "attribution").means,
+            signed=signed,
+            batch_size=self.batch_size,
+        )
+        self.anchored = replace(anchored, seconds=anchored.seconds + clock.total)
+        return self.anchored
 
     def runtime_table(self) -> pd.DataFrame:
         """CircuitLasso's stages and each method's seconds
         (:func:`~circuitlasso.evaluation.faithfulness.runtime_table`)."""
-        return fa.runtime_table(self.clock, _need(self.baseline, "attribution"))
+        return fa.runtime_table(self.clock, _need(self.baseline, "attribution"), self.anchored)
 
     def node_sweep(self, sizes: Sequence[int] | None = None) -> pd.DataFrame:
-        """Node ablation of the three rankings
-        (:func:`~circuitlasso.evaluation.faithfulness.node_rankings`) at ``sizes`` (None: powers
-        of two): :func:`~circuitlasso.evaluation.faithfulness.node_sweep`'s table."""
+        """Node ablation of the rankings
+        (:func:`~circuitlasso.evaluation.faithfulness.node_rankings`, the anchored one where
+        :meth:`anchor` ran) at ``sizes`` (None: powers of two):
+        :func:`~circuitlasso.evaluation.faithfulness.node_sweep`'s table."""
         baseline = _need(self.baseline, "attribution")
         saes = self.study.saes
-        rankings = fa.node_rankings(_need(self.traced, "fit_circuit"), baseline, saes, self.seed)
+        traced = _need(self.traced, "fit_circuit")
+        rankings = fa.node_rankings(traced, baseline, saes, self.seed, self.anchored)
         self.node = fa.node_sweep(
             self._model,
             saes,
@@ -191,4 +243,5 @@ class FaithfulnessRun:
             _need(self.baseline, "attribution"),
             target,
             metric=_need(self.measure, "attribution"),
+            anchored=self.anchored,
         )

@@ -14,7 +14,10 @@ readout is ``m-hat = 2 * sigmoid(a^T z'_L + b) - 1`` averaged over the prompts, 
 :func:`edge_ablation_sweep` gives its faithfulness and completeness against the number of edges
 kept, the edges being all nonzero coefficients of the fitted columns. The surrogate also ranks
 nodes and edges by their effect on the readout's logit (:meth:`Surrogate.node_effects`): the
-change a one-standard-deviation move of a feature makes, summed over its paths to the readout.
+change a one-standard-deviation move of a feature makes, summed over its paths to the readout
+through the absolute coefficients. :meth:`Surrogate.total_effects` is the signed effect of a unit
+change of a feature on the readout's logit, summed over the same paths: the surrogate's stand-in
+for the gradient that integrated gradients takes in the model.
 """
 
 from __future__ import annotations
@@ -108,29 +111,37 @@ class Surrogate:
         """Every edge of the surrogate: the nonzero coefficients of the fitted columns."""
         return list(self._index)
 
-    def _per_unit(self, effects: Mapping[Node, float], layer: int) -> np.ndarray:
-        """``(k,)`` effect per unit of each fitted child of ``layer``: effect / std."""
-        children = self.layers[layer].children
-        std = self._std[layer][children]
-        effect = np.array([effects.get((layer, int(c)), 0.0) for c in children])
-        return np.divide(effect, std, out=np.zeros_like(effect), where=std > 0)
+    def _per_unit(self, top: np.ndarray, absolute: bool) -> dict[int, np.ndarray]:
+        """``{layer: (D_layer,)}`` effect on the read ``top: (D_L,)`` of the last layer of a unit
+        change of each feature, summed over its paths through the fitted columns: ``top`` on the
+        last layer, ``u_p = sum over fitted children c of A[p, c] * u_c`` below (``|top|`` and
+        ``|A|`` if ``absolute``); a layer no path reaches is left out."""
+        layer = self.readout.layer
+        units = {layer: np.abs(top) if absolute else np.asarray(top, dtype=np.float64)}
+        while layer in self.layers:
+            columns = self.layers[layer]
+            coef = abs(columns.coef) if absolute else columns.coef
+            units[columns.parent] = coef @ units[layer][columns.children]
+            layer = columns.parent
+        return units
 
     def node_effects(self) -> dict[Node, float]:
         """Effect on the readout's logit of a one-standard-deviation change of each node, through
         the surrogate: ``|a_f| * std(z_f)`` for the last layer's features, and for a parent
         ``p`` of fitted children ``c`` the sum over ``c`` of
-        ``effect(c) * |A[p, c]| * std(z_p) / std(z_c)``."""
-        fit = self.readout
-        effects = {(fit.layer, int(f)): float(abs(fit.coef[f]) * self._std[fit.layer][f])
-                   for f in np.flatnonzero(fit.coef)}  # fmt: skip
-        for layer in sorted(self.layers, reverse=True):
-            columns = self.layers[layer]
-            through = abs(columns.coef) @ self._per_unit(effects, layer)
-            through *= self._std[columns.parent]
-            for parent in np.flatnonzero(through):
-                node = (columns.parent, int(parent))
-                effects[node] = effects.get(node, 0.0) + float(through[parent])
-        return effects
+        ``effect(c) * |A[p, c]| * std(z_p) / std(z_c)``, i.e. ``std(z_p)`` times the per-unit
+        effect of :meth:`_per_unit` with absolute coefficients; nodes of no effect left out."""
+        return {
+            (layer, int(f)): float(units[f] * self._std[layer][f])
+            for layer, units in self._per_unit(self.readout.coef, absolute=True).items()
+            for f in np.flatnonzero(units)
+        }
+
+    def total_effects(self) -> dict[int, np.ndarray]:
+        """``{layer: (D_layer,)}`` signed effect ``T_f`` of a unit change of each feature on the
+        readout's logit through the surrogate: ``a`` on the last layer, the signed
+        ``A_{l-1,l}`` below, summed over paths (zero for a feature on none)."""
+        return self._per_unit(self.readout.coef, absolute=False)
 
     def rank_nodes(self) -> list[Node]:
         """Nodes by :meth:`node_effects`, largest first."""
@@ -140,11 +151,12 @@ class Surrogate:
     def rank_edges(self) -> list[Edge]:
         """Edges by their share of the child's effect, ``effect(c) * |A[p, c]| * std(z_p) /
         std(z_c)`` (see :meth:`node_effects`), largest first."""
-        effects = self.node_effects()
+        units = self._per_unit(self.readout.coef, absolute=True)
         values = []  # in the order of self.edges(): layer by layer, then by position in coef
         for layer in sorted(self.layers):
             columns = self.layers[layer]
-            per_unit = np.repeat(self._per_unit(effects, layer), np.diff(columns.coef.indptr))
+            unit = units.get(layer, np.zeros(self.Z[layer].shape[1]))  # no path: no effect
+            per_unit = np.repeat(unit[columns.children], np.diff(columns.coef.indptr))
             parent_std = self._std[columns.parent][columns.coef.indices]
             values.append(per_unit * np.abs(columns.coef.data) * parent_std)
         if not values:
