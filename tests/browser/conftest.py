@@ -25,13 +25,16 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    """A page that records its script errors (``page.errors``) and every request that would
-    leave the machine (``page.remote``), which it blocks."""
+    """A page that records its script errors (``page.errors``), the errors it logs to the
+    console (``page.console_errors``) and every request that would leave the machine
+    (``page.remote``), which it blocks."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     page = context.new_page()
     page.errors = []  # type: ignore[attr-defined]
+    page.console_errors = []  # type: ignore[attr-defined]
     page.remote = []  # type: ignore[attr-defined]
     page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
 
     def offline(route) -> None:
         if route.request.url.startswith(("file:", "data:", "about:")):

@@ -1,6 +1,7 @@
 """A book built with the project's ``_config.yml``, read in Chromium with the network cut: the
 method chapter's formulas are typeset (no raw ``\\(`` left), a wide table scrolls, a long code
-cell is collapsed."""
+cell is collapsed; and the project's whole book, every page of it opened, asks nothing of the
+network and raises no script error."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+import yaml
 from playwright.sync_api import Page
 
+from circuitlasso.presentation import reproduce as rp
 from circuitlasso.presentation.reproduce import collapse_long_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 # sphinx-thebe 0.3.1 declares this constant in two scripts of every page: harmless, not ours
 THEME_ERRORS = {"Identifier 'THEBE_JS_URL' has already been declared"}
+# pydata-sphinx-theme logs it where the page has no stored colour mode yet: a fresh browser's
+THEME_CONSOLE_ERRORS = {"Got invalid theme mode: . Resetting to auto."}
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +60,49 @@ def book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     collapse_long_cells(nb)
     nbformat.write(nb, root / "book" / "wide.ipynb")
+    return _jupyter_book(root)
+
+
+def _jupyter_book(root: Path) -> Path:
+    """Build the book at ``root`` (execution off, as ``make book`` renders); its HTML folder."""
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     run = subprocess.run([str(jupyter_book), "build", str(root)], capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+                         timeout=900)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return root / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def whole_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's book, every page of ``_toc.yml``, built in a copy without running anything:
+    a section's page is its executed notebook in ``book/sections`` where the checkout has one
+    (``make book`` writes them), else its template with the committed ``toy`` outputs (the
+    decoder-only IOI template carries none). Returns the copy's root."""
+    root = tmp_path_factory.mktemp("whole_book")
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy(ROOT / name, root)
+    shutil.copytree(ROOT / "book", root / "book")
+    source, project = rp.Project(ROOT), rp.Project(root)
+    project.sections_out.mkdir(exist_ok=True)
+    for entry in _toc_files(root):
+        page = entry.removeprefix("book/sections/")
+        if page != entry and not project.executed(page).is_file():
+            shutil.copy(source.template(rp.page_section(source, page)), project.executed(page))
+    if not (project.sections_out / "build_info.md").is_file():
+        rp.write_build_info(project)
+    _jupyter_book(root)
+    return root
+
+
+def _toc_files(root: Path) -> list[str]:
+    """Every file of ``_toc.yml``: the root, the chapters and their nested sections."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files, pending = [toc["root"]], list(toc["chapters"])
+    while pending:
+        entry = pending.pop(0)
+        files.append(entry["file"])
+        pending[:0] = entry.get("sections", [])
+    return files
 
 
 def typeset(page: Page) -> None:
@@ -100,3 +143,39 @@ def test_a_wide_table_scrolls_and_a_long_cell_is_collapsed(page: Page, book: Pat
     assert code.is_visible() and "step_7 = 7" in code.inner_text()
     screenshot("book-wide-table-and-collapsed-cell")
     assert set(page.errors) <= THEME_ERRORS and page.remote == []
+
+
+@pytest.mark.slow
+def test_every_page_of_the_book_stays_offline(page: Page, whole_book: Path) -> None:
+    """Every HTML page of the built book (its theme's Jinja macro files under ``_static/``
+    aside: assets, not pages), the search, index and module index pages among them, opened in
+    turn: no request leaves the machine (a notebook's ipywidgets output, for one, would load
+    require.js and the widgets' HTML manager from a CDN) and no script fails."""
+    html = whole_book / "_build" / "html"
+    pages = sorted(p for p in html.rglob("*.html") if "_static" not in p.relative_to(html).parts)
+    toc = _toc_files(whole_book)
+    assert {html / f"{entry}.html" for entry in toc} <= set(pages)
+    outside: dict[str, list[str]] = {}
+    failures: dict[str, list[str]] = {}
+    opened = 0
+    for path in pages:
+        name = str(path.relative_to(html))
+        for seen in (page.remote, page.errors, page.console_errors):  # type: ignore[attr-defined]
+            seen.clear()
+        page.goto(path.as_uri())
+        page.wait_for_load_state("networkidle")  # deferred and late scripts have run
+        assert page.url.startswith("file:") and page.locator("main").count() == 1, name
+        opened += 1
+        if page.remote:  # type: ignore[attr-defined]
+            outside[name] = list(page.remote)  # type: ignore[attr-defined]
+        errors = [*page.errors, *page.console_errors]  # type: ignore[attr-defined]
+        if set(errors) - THEME_ERRORS - THEME_CONSOLE_ERRORS:
+            failures[name] = errors
+    n_outside = sum(map(len, outside.values()))
+    print(
+        f"opened {opened} of {len(pages)} HTML pages ({len(toc)} _toc.yml entries): "
+        f"{n_outside} requests leave the machine, {len(failures)} pages with script errors"
+    )
+    assert opened == len(pages) > len(toc)
+    assert outside == {}, f"{n_outside} requests leave the machine: {outside}"
+    assert failures == {}, failures

@@ -37,7 +37,7 @@ import torch
 from sae_lens import SAE
 from safetensors.torch import load_file, save_file
 from sklearn.metrics import matthews_corrcoef
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from transformer_lens import HookedEncoder
 from transformers import BertModel, BertTokenizer
 

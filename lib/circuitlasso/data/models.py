@@ -14,9 +14,11 @@ from __future__ import annotations
 import difflib
 import re
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -24,9 +26,11 @@ from sae_lens import SAE
 from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
+from tqdm.std import tqdm as plain_tqdm
 from transformer_lens import HookedEncoder, HookedTransformer
 from transformer_lens import loading_from_pretrained as tl_loading
 from transformers import GPT2Config, PretrainedConfig, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
 
 from circuitlasso.cache import fetch, hub_resource_error
 
@@ -121,6 +125,33 @@ def hf_dimensions(c: PretrainedConfig) -> dict[str, Any]:
         n_ctx=c.max_position_embeddings,
         act_fn=c.hidden_act,
     )
+
+
+@contextmanager
+def hf_progress(*, show: bool) -> Iterator[None]:
+    """transformers' progress bars (loading weights, reading a GGUF file) as plain text
+    (``tqdm.std``: a line updated with ``\\r``) when ``show``, else none; never as notebook
+    widgets. transformers draws them with ``tqdm.auto``, which in a kernel draws ipywidgets: an
+    executed notebook keeps them and its rendered page then loads require.js and the widgets'
+    HTML manager from a CDN. Bars turned off in transformers stay off; what it had is restored
+    on exit."""
+
+    def bar(*args: Any, **kwargs: Any) -> plain_tqdm:
+        return plain_tqdm(*args, **{**kwargs, "disable": kwargs.get("disable") or not show})
+
+    def hook(factory: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        plain = bar if hf_logging.is_progress_bar_enabled() else factory
+        return previous(plain, args, kwargs) if previous is not None else plain(*args, **kwargs)
+
+    # the GGUF reader imports tqdm.auto's bar itself, outside transformers' switch
+    import transformers.modeling_gguf_pytorch_utils as gguf_reader
+
+    previous = hf_logging.set_tqdm_hook(hook)
+    try:
+        with mock.patch.object(gguf_reader, "tqdm", bar):
+            yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
 
 
 def load_model(

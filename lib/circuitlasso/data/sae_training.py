@@ -22,12 +22,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from sae_lens import SAE, LoggingConfig, SAETrainer, TopKTrainingSAE, TopKTrainingSAEConfig
 from sae_lens.config import SAETrainerConfig
 from sae_lens.saes.sae import TrainingSAE
-from tqdm.auto import tqdm
+from sae_lens.training import sae_trainer
+from tqdm import tqdm
 
 from circuitlasso.data.artifacts import (
     MANIFEST_FILE,
@@ -137,12 +139,14 @@ def train_layer_sae(acts: torch.Tensor, layer: int, cfg: SAEConfig, hook_name: s
         device="cpu",
         logger=LoggingConfig(log_to_wandb=False),
     )
-    for round_index in range(cfg.rounds):
-        if round_index:
-            reinitialize_dead_latents(sae, acts, generator)
-        sae = SAETrainer(
-            trainer_cfg, sae, data_provider=_batches(acts, cfg.batch_tokens, generator)
-        ).fit()
+    # sae-lens's bar is tqdm.auto's, a widget in a notebook: plain text here, as the library's
+    with mock.patch.object(sae_trainer, "tqdm", tqdm):
+        for round_index in range(cfg.rounds):
+            if round_index:
+                reinitialize_dead_latents(sae, acts, generator)
+            sae = SAETrainer(
+                trainer_cfg, sae, data_provider=_batches(acts, cfg.batch_tokens, generator)
+            ).fit()
     sae.cfg.metadata.hook_name = hook_name
     with tempfile.TemporaryDirectory() as tmp:
         sae.save_inference_model(tmp)

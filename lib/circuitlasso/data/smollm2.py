@@ -46,7 +46,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, 
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from circuitlasso.cache import atomic_path, cache_root, sha256_of
-from circuitlasso.data.models import hf_dimensions
+from circuitlasso.data.models import hf_dimensions, hf_progress
 
 NAME = "smollm2-135m"
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the hub repo the GGUF was made from
@@ -105,14 +105,17 @@ def hf_folder() -> Path:
 
 def load_hf_smollm2(*, from_gguf: bool = False) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
     """The HF ``LlamaForCausalLM`` (float32, eval mode) and its tokenizer, from the cached folder
-    (:func:`hf_folder`) or, with ``from_gguf``, read from the GGUF file itself (over a minute)."""
+    (:func:`hf_folder`) or, with ``from_gguf``, read from the GGUF file itself (over a minute).
+    transformers' progress bars are plain text while the GGUF is read, off for the folder (a
+    second or two), never notebook widgets (:func:`~circuitlasso.data.models.hf_progress`)."""
     if from_gguf:
         path = gguf_file()
         source, kwargs = path.parent, {"gguf_file": path.name}
     else:
         source, kwargs = hf_folder(), {}
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
+    with hf_progress(show=from_gguf):
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
     if tokenizer.pad_token is None:  # the GGUF names one (EOS); kept should it not
         tokenizer.pad_token = tokenizer.eos_token
     return model.eval(), tokenizer
