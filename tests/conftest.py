@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import os
 import re
-import socket
 import sys
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,73 +70,53 @@ def gpt2_tokenizer_dir(shared_data: Path) -> Path:
     return _mirrored(shared_data / "gpt2-tokenizer", "GPT-2's mirrored tokenizer")
 
 
-class NetworkBlockedError(ConnectionError):
-    """An attempt to reach the network from a test (see :func:`no_network`)."""
+def _load_network_guard() -> ModuleType:
+    """``tests/hermetic/network_guard.py``, the one definition of the guard (a process a test
+    starts imports the same file at start-up, :func:`no_network`)."""
+    if "network_guard" in sys.modules:  # a test session run by a process a test started
+        return sys.modules["network_guard"]
+    spec = importlib.util.spec_from_file_location("network_guard", GUARD_DIR / "network_guard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def _is_local_host(host: str) -> bool:
-    """Whether ``host`` (an address or a name, as given to ``connect``) is this machine's
-    loopback; names other than ``localhost`` are not resolved (that would be a DNS query)."""
-    host = host.strip("[]").split("%")[0].lower()  # IPv6 brackets and zone
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
-
-
-def _check_connect(sock: socket.socket, address: Any) -> None:
-    if sock.family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(address, tuple):
-        return  # Unix sockets and the like (a malformed address is the real connect's to refuse)
-    host, port = address[0], address[1]
-    if not _is_local_host(str(host)):
-        raise NetworkBlockedError(
-            f"network access blocked in tests: connect to {host}:{port} "
-            f"(only loopback and Unix sockets are allowed)"
-        )
+GUARD_DIR = ROOT / "tests" / "hermetic"  # network_guard.py and the sitecustomize.py that runs it
+network_guard = _load_network_guard()
+NetworkBlockedError = network_guard.NetworkBlockedError
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_network() -> Iterator[None]:
-    """Every test runs without the network: ``urllib.request.urlopen`` of a URL that is not a
-    local file (``file:``, ``data:``) or on loopback, and ``socket.socket.connect`` /
-    ``connect_ex`` to an address that is not loopback, raise :class:`NetworkBlockedError`
-    (a ``ConnectionError``, so code that handles being offline still does) naming the URL or
-    the host and port. A download of a resource neither cached nor mirrored thus fails at once
-    instead of fetching it. Loopback and Unix sockets keep working (Ray's local cluster, Jupyter
-    kernels over ZMQ on 127.0.0.1, Playwright's browser). Host names other than ``localhost``
-    are refused without being resolved.
+    """Every test runs without the network, and so does every Python process it starts.
 
-    Not covered: subprocesses (papermill's kernels, the book build, Ray's workers, the wheel's
-    pip) and sockets that do not go through Python's ``socket`` module (C libraries' own, such
-    as gRPC or ZMQ's); code run at import time, before the first test, is not guarded either.
+    In this process: ``urllib.request.urlopen`` of a URL that is not a local file (``file:``,
+    ``data:``) or on loopback, and ``socket.socket.connect`` / ``connect_ex`` to an address that
+    is not loopback, raise :class:`NetworkBlockedError` (a ``ConnectionError``, so code that
+    handles being offline still does) naming the URL or the host and port. A download of a
+    resource neither cached nor mirrored thus fails at once instead of fetching it. Loopback and
+    Unix sockets keep working (Ray's local cluster, Jupyter kernels over ZMQ on 127.0.0.1,
+    Playwright's browser). Host names other than ``localhost`` are refused without being
+    resolved.
+
+    In child processes: ``tests/hermetic`` goes first on ``PYTHONPATH`` and
+    ``CIRCUITLASSO_TEST_NO_NETWORK=1`` is exported, so the ``sitecustomize.py`` there installs
+    the same guard at the start of every Python process a test starts (papermill's kernels,
+    Ray's workers, benchmark and driver subprocesses) and sets ``HF_HUB_OFFLINE=1`` there.
+
+    Not covered: a process whose environment drops them (``python -I`` or ``-E``, or an
+    environment a test writes from scratch), programs that are not Python (the browser, git),
+    and sockets that do not go through Python's ``socket`` module (C libraries' own, such as
+    gRPC or ZMQ's); code run at import time, before the first test, is not guarded either.
     """
-    real_urlopen = urllib.request.urlopen
-    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
-
-    def urlopen(url: Any, *args: Any, **kwargs: Any) -> Any:
-        full = url.full_url if isinstance(url, urllib.request.Request) else str(url)
-        parts = urllib.parse.urlsplit(full)
-        if parts.scheme not in ("", "file", "data") and not _is_local_host(parts.hostname or ""):
-            raise NetworkBlockedError(f"network access blocked in tests: urlopen({full!r})")
-        return real_urlopen(url, *args, **kwargs)
-
-    def connect(self: socket.socket, address: Any) -> None:
-        _check_connect(self, address)
-        return real_connect(self, address)
-
-    def connect_ex(self: socket.socket, address: Any) -> int:
-        _check_connect(self, address)
-        return real_connect_ex(self, address)
-
+    path = os.environ.get("PYTHONPATH")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(urllib.request, "urlopen", urlopen)
-        patch.setattr(socket.socket, "connect", connect)
-        patch.setattr(socket.socket, "connect_ex", connect_ex)
+        for owner, name, replacement in network_guard.guarded():
+            patch.setattr(owner, name, replacement)
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(GUARD_DIR), *([path] if path else [])]))
+        patch.setenv(network_guard.ENV, "1")
         yield
 
 

@@ -43,7 +43,8 @@ def _run(command: list[str | Path], cwd: Path, env: dict[str, str]) -> str:
 def test_the_wheel_carries_the_toy_world_and_runs_the_quickstart(
     tmp_path: Path, quickstart_script: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # on the path: the tests' network guard (tests/hermetic), not the checkout's sources
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "hermetic")}
     env |= {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             cache.CACHE_ENV: str(tmp_path / "cache")}  # fmt: skip
     # build from a copy of the sources: the build's own folders stay out of the checkout

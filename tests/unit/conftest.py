@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from huggingface_hub import constants as hf_constants
 
-from circuitlasso import cache
+from circuitlasso import cache, timing
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, LayerPairFit
 from circuitlasso.data import minilm_saes, sae_training
@@ -30,6 +32,38 @@ def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpt2_tokenizer_
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "circuitlasso"))
     monkeypatch.setenv(cache.MIRROR_ENV, str(gpt2_tokenizer_dir))
     return hub
+
+
+PlantSeconds = Callable[[ModuleType, Mapping[str, float]], None]
+
+
+@pytest.fixture
+def plant_seconds(monkeypatch: pytest.MonkeyPatch) -> PlantSeconds:
+    """``plant(module, seconds)``: every :class:`~circuitlasso.timing.Stopwatch` that ``module``
+    makes times each stage, a :meth:`~circuitlasso.timing.Stopwatch.lap` or a block, as
+    ``seconds[name]`` (a stage of several blocks, that many times; a name not planted raises
+    ``KeyError``); :meth:`~circuitlasso.timing.Stopwatch.record` keeps what it is given. What a
+    run reports of its stages is then checked against known times, not the wall clock."""
+
+    def plant(module: ModuleType, seconds: Mapping[str, float]) -> None:
+        class Planted(timing.Stopwatch):
+            def _planted(self, name: str, add: bool) -> float:
+                if name in self.laps and not add:
+                    raise ValueError(f"stage {name!r} was already timed")
+                self.laps[name] = self.laps.get(name, 0.0) + seconds[name]
+                return self.laps[name]
+
+            def lap(self, name: str) -> float:
+                return self._planted(name, add=False)
+
+            @contextmanager
+            def timed(self, name: str, *, add: bool = False) -> Iterator[None]:
+                yield
+                self._planted(name, add)
+
+        monkeypatch.setattr(module, "Stopwatch", Planted)
+
+    return plant
 
 
 @pytest.fixture

@@ -22,11 +22,13 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
+from circuitlasso import timing
 from circuitlasso.circuits.features import LabelFit, fit_label, label_lam_max
 from circuitlasso.circuits.trace import LayerRegressions, node_name, trace_circuit
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
+from circuitlasso.evaluation import attribution
 from circuitlasso.evaluation.ablate import (
     feature_means,
     metric_with_ablation,
@@ -296,14 +298,24 @@ def test_node_sweep_with_known_ends_runs_the_model_only_for_partial_circuits(
 
 
 def test_integrated_gradients_match_ablation_at_the_readout_layer(
-    toy, cola, label_fit, means, tmp_path: Path
+    toy, cola, label_fit, means, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, saes = toy
     only = {LAST: saes[LAST]}
     prompts = cola["prompts"][:6]
+    now = [100.0]  # a fake clock that moves only while the path integral runs (3 s)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+    integrate = attribution.integrated_gradients
+
+    def integrate_in_3_seconds(*args, **kwargs):
+        now[0] += 3.0
+        return integrate(*args, **kwargs)
+
+    monkeypatch.setattr(attribution, "integrated_gradients", integrate_in_3_seconds)
     result = attribution_scores(model, only, label_fit, prompts, means, steps=10)
+    monkeypatch.undo()
     scores = result.scores[LAST]
-    assert result.seconds > 0
+    assert result.seconds == 3.0  # the attribution's time is its passes'
     # by hand at the readout layer: m_i(alpha) = 2 sigmoid(a.(mu + alpha (zbar_i - mu)) + b) - 1
     zbar = collect_sae_features(model, only, prompts, cache_dir=tmp_path, progress=False)[LAST]
     a, mu = label_fit.coef, means[LAST].double().numpy()

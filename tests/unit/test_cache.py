@@ -285,11 +285,16 @@ def test_chunk_seconds_are_those_of_the_first_computation(
     assert cache.chunk_seconds(key, 3, root=tmp_path) == 0.875  # still the first run's
 
 
-def test_a_chunk_without_its_seconds_is_computed_again(tmp_path: Path) -> None:
+def test_a_chunk_without_its_seconds_is_computed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]  # a fake clock that moves only while a chunk is computed
+    monkeypatch.setattr(cache.time, "perf_counter", lambda: now[0])
     computed: list[int] = []
 
     def chunk(i: int) -> torch.Tensor:
         computed.append(i)
+        now[0] += 2.0 ** -len(computed)  # 0.5 s, 0.25 s, then 0.125 s: exact in binary
         return torch.full((2,), float(i))
 
     key = cache.cache_key(collector="seconds lost")
@@ -299,15 +304,18 @@ def test_a_chunk_without_its_seconds_is_computed_again(tmp_path: Path) -> None:
         cache.chunk_seconds(key, 2, root=tmp_path)
     cache.load_or_compute_chunks(key, 2, chunk, root=tmp_path)
     assert computed == [0, 1, 1]
-    assert cache.chunk_seconds(key, 2, root=tmp_path) >= 0
+    assert cache.chunk_seconds(key, 2, root=tmp_path) == 0.5 + 0.125  # chunk 1's second run
 
 
 def _split_worker(name: str, root: str, key: str, marks: str, barrier: Any) -> None:
     """One of two processes computing the same chunks (each mark names who computed what)."""
 
+    other = "b" if name == "a" else "a"
+
     def chunk(i: int) -> torch.Tensor:
         (Path(marks) / f"{name}-{i}").touch()
-        time.sleep(0.1)
+        while not list(Path(marks).glob(f"{other}-*")):  # until the other computes one too
+            time.sleep(0.01)
         return torch.full((2,), float(i))
 
     barrier.wait()
@@ -368,7 +376,19 @@ def test_a_claim_of_an_ended_process_or_another_machine_is_taken_over(tmp_path: 
     assert not list(tmp_path.rglob("*.claim"))
 
 
-def test_a_chunk_a_live_process_computes_is_waited_for_and_read_back(tmp_path: Path) -> None:
+def test_a_chunk_a_live_process_computes_is_waited_for_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]  # a fake clock that moves only while a chunk is computed here
+    monkeypatch.setattr(cache.time, "perf_counter", lambda: now[0])
+    polled = threading.Event()  # this process has looked for chunk 1 and is waiting for it
+    sleep = time.sleep
+
+    def poll(seconds: float) -> None:
+        polled.set()
+        sleep(seconds)
+
+    monkeypatch.setattr(cache.time, "sleep", poll)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         started = psutil.Process(other.pid).create_time()
@@ -376,24 +396,27 @@ def test_a_chunk_a_live_process_computes_is_waited_for_and_read_back(tmp_path: P
         claim = _claim(tmp_path, key, 1, f"{socket.gethostname()} {other.pid} {started!r}")
 
         def other_saves_it() -> None:
-            time.sleep(0.5)
+            polled.wait()
             folder = claim.parent
             (folder / "chunk_000001.seconds").write_text("7.0")
             with cache.atomic_path(folder / "chunk_000001.pt") as tmp:
                 torch.save(torch.full((2,), 42.0), tmp)
             claim.unlink()
 
-        saver = threading.Thread(target=other_saves_it)
-        saver.start()
-
         def chunk(i: int) -> torch.Tensor:
             assert i != 1, "chunk 1 is another process's"
+            now[0] += {0: 0.5, 2: 0.25}[i]
             return torch.full((2,), float(i))
 
-        chunks = cache.load_or_compute_chunks(key, 3, chunk, root=tmp_path, progress=False)
-        saver.join()
+        saver = threading.Thread(target=other_saves_it)
+        saver.start()
+        try:
+            chunks = cache.load_or_compute_chunks(key, 3, chunk, root=tmp_path, progress=False)
+        finally:
+            polled.set()  # the saver ends, whatever happened
+            saver.join()
     finally:
         other.kill()
         other.wait()
     torch.testing.assert_close(torch.stack(chunks)[:, 0], torch.tensor([0.0, 42.0, 2.0]))
-    assert cache.chunk_seconds(key, 3, root=tmp_path) >= 7.0
+    assert cache.chunk_seconds(key, 3, root=tmp_path) == 0.5 + 7.0 + 0.25  # 7 s: the other's

@@ -46,14 +46,15 @@ def test_loglog_slopes_need_two_values() -> None:
         scaling.loglog_slopes(timings)
 
 
-def test_time_block_lasso_reports_certified_solves() -> None:
-    timings = proposition1.time_block_lasso([(200, 3, 4)], repeats=1, tol=1e-6)
+def test_time_block_lasso_reports_certified_solves(plant_seconds) -> None:
+    plant_seconds(proposition1, {"solve 0": 0.5, "solve 1": 0.25, "solve 2": 0.375})
+    timings = proposition1.time_block_lasso([(200, 3, 4)], repeats=3, tol=1e-6)
     row = timings.iloc[0]
     assert (row["M"], row["L"], row["d"]) == (200, 3, 4)
     assert row["bound"] == 200 * 3 * 2 * 16 / 2
-    assert row["seconds"] > 0 and row["iterations"] >= 1
+    assert row["seconds"] == 0.25 and row["iterations"] >= 1  # the best of the three solves
     assert row["max_gap"] < 1e-5
-    assert row["seconds_per_iteration"] == pytest.approx(row["seconds"] / row["iterations"])
+    assert row["seconds_per_iteration"] == pytest.approx(0.25 / row["iterations"])
 
 
 def test_proposition2_thresholds_match_the_paper_formulas() -> None:
@@ -90,7 +91,15 @@ def test_build_model_has_the_configured_shape() -> None:
         random_models.gpt2_family(2, 100)
 
 
-def test_time_methods_row_on_a_tiny_model() -> None:
+def test_time_methods_row_on_a_tiny_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: dict[str, list[MethodRun]] = {}
+    run_method = crossover.run_method
+
+    def kept(method, model, prompts, seed=0) -> MethodRun:
+        runs.setdefault(method, []).append(run_method(method, model, prompts, seed))
+        return runs[method][-1]
+
+    monkeypatch.setattr(crossover, "run_method", kept)
     row = crossover.time_methods(1, 64, 4, n_prompts=2)
     assert set(row) == {
         "layers",
@@ -112,12 +121,15 @@ def test_time_methods_row_on_a_tiny_model() -> None:
         "regime",
     }
     assert row["L"] == 4  # input, one head, one MLP, output
-    assert min(row["eap_s"], row["eap_ig_s"], row["circuitlasso_s"]) > 0
+    # each method's time is its timed run's, collection plus solve, not the warm-up's
+    for column, method in crossover.CROSSOVER_METHODS.items():
+        _, timed = runs[method]  # the warm-up, then the one timed run
+        assert row[f"{column}_s"] == timed.collect_seconds + timed.solve_seconds
+    assert row["circuitlasso_solve_s"] == runs["circuitlasso-linear"][1].solve_seconds
     assert row["eap_ig_ratio"] == pytest.approx(row["eap_ig_s"] / row["circuitlasso_s"])
     predicted = algebra.proposition2(random_models.gpt2_family(1, 64), 4, 4, LINEAR_TOL)
     assert row["predicted_ratio"] == pytest.approx(predicted["cost_ratio"])
     assert row["regime"] == predicted["regime"]
-    assert 0 < row["circuitlasso_solve_s"] < row["circuitlasso_s"]
     assert row["solve_over_floor"] == pytest.approx(
         row["circuitlasso_solve_s"] / row["solve_floor_s"]
     )
@@ -270,13 +282,33 @@ def test_vary_one_at_a_time_moves_one_size_from_the_base() -> None:
         scaling.vary_one_at_a_time((2, 128), ([2], [128], [16]))
 
 
-def test_a_projected_row_says_what_it_projected() -> None:
+def test_a_projected_row_says_what_it_projected(monkeypatch, plant_seconds) -> None:
+    # CircuitLasso's collection 2 s, its solve of the chosen children 0.5 s (planted)
+    plant_seconds(crossover, {"collect": 2.0, "solve": 0.5, **dict.fromkeys("01234", 0.25)})
+    runs: dict[str, MethodRun] = {}
+    run_method = crossover.run_method
+
+    def kept(method, model, prompts, seed=0) -> MethodRun:
+        runs[method] = run_method(method, model, prompts, seed)
+        return runs[method]
+
+    monkeypatch.setattr(crossover, "run_method", kept)
     row = crossover.projected_time_methods(2, 64, 4, n_prompts=4, children=2, eap_prompts=2)
     assert row["L"] == 6  # input, one head and one MLP per layer, output
     assert "2 of 5 children" in row["projected"] and "2 of 4 pairs" in row["projected"]
-    measured = float(row["projected"].split("count), ")[1].split(" s measured")[0])
-    assert row["circuitlasso_solve_s"] >= measured  # projected up from a share of the children
+    assert "0.5 s measured" in row["projected"]
+    share = float(row["projected"].split("children (")[1].split("% of the count")[0]) / 100
+    assert 0 < share < 1
+    # the solve projected to every child by the chosen ones' share of the count
+    assert row["circuitlasso_solve_s"] == pytest.approx(0.5 / share, rel=1e-3)
+    assert row["circuitlasso_s"] == 2.0 + row["circuitlasso_solve_s"]
+    # EAP and EAP-IG run on 2 of the 4 pairs, projected linearly: twice their runs' times
+    for column, method in (("eap", "eap"), ("eap_ig", "eap-ig")):
+        run = runs[method]
+        assert row[f"{column}_s"] == pytest.approx(2 * (run.collect_seconds + run.solve_seconds))
+        assert row[f"{column}_additional_ratio"] == pytest.approx(
+            2 * run.solve_seconds / row["circuitlasso_solve_s"]
+        )
     assert row["eap_ig_ratio"] == pytest.approx(row["eap_ig_s"] / row["circuitlasso_s"])
-    assert 0 < row["eap_ig_additional_ratio"] * row["circuitlasso_solve_s"] < row["eap_ig_s"]
     with pytest.raises(ValueError, match="eap_prompts"):
         crossover.projected_time_methods(1, 64, 4, n_prompts=2, eap_prompts=3)

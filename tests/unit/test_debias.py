@@ -35,6 +35,7 @@ from circuitlasso.evaluation.debias import (
     Comparison,
     ComparisonOptions,
     accuracies,
+    compare,
     compare_methods,
     describe,
     fit_probe,
@@ -335,8 +336,16 @@ def test_the_automatic_rule_finds_the_toy_worlds_gender_features(toy, splits, bi
     assert truth["by_tokens"].sum() >= 10  # the candidates hold many names and pronouns
 
 
+# each stage a power of two: every sum of stages is a different number
+STAGES = {"pool": 1, "fit": 2, "cbp": 4, "pool balanced": 8, "oracle": 16, "ig": 32, "rank": 64,
+          "edit": 128, "refit": 256, "l1": 512, "sparse probe": 1024, "zero": 2048}  # fmt: skip
+
+
 @pytest.mark.slow  # trains every method's probes
-def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(toy, splits):
+def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(
+    toy, splits, plant_seconds
+):
+    plant_seconds(compare, STAGES)
     model, saes = toy
     small = {name: frame.iloc[:120] for name, frame in splits.items()}
     options = ComparisonOptions(n_candidates=10, attribution_prompts=8, steps=2,
@@ -358,7 +367,15 @@ def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(toy
             table.loc[original, ["profession", "gender", "worst_group"]],
             check_names=False,
         )
-    assert table.loc["SHIFT", "seconds"] > table.loc["ORIGINAL", "seconds"]
+    # each method's seconds are the stages it needs, SHIFT's the ORIGINAL probe's and more
+    seconds = table["seconds"]
+    assert (seconds["ORIGINAL"], seconds["CBP"], seconds["ORACLE"]) == (1 + 2, 1 + 4, 8 + 16)
+    assert seconds["SHIFT"] == seconds["ORIGINAL"] + 32 + 64  # IG and the ranking
+    assert seconds["SHIFT-retrain"] == seconds["SHIFT"] + 128 + 256  # the edit and the refit
+    collect = seconds["CircuitLasso-no-removal"] - 512  # the features' first collection
+    assert seconds["LINEAR PROBING"] == pytest.approx(collect + 512 + 1024)
+    assert seconds["CircuitLasso"] == pytest.approx(collect + 512 + 64)
+    assert seconds["CircuitLasso-retrain"] == pytest.approx(seconds["CircuitLasso"] + 2048 + 256)
     assert len(result.candidates["SHIFT"]) == 10 and not result.candidates["SHIFT"]["removed"].any()
     assert table.loc["ORACLE", "worst_group"] > table.loc["ORIGINAL", "worst_group"]
 

@@ -1,10 +1,14 @@
 """The tests run without the network (``no_network`` in ``tests/conftest.py``): a download that
 is neither cached nor mirrored, and any connection off this machine, fail at once naming what was
-reached for; loopback and Unix sockets keep working."""
+reached for, in the test process and in the Python processes it starts (a subprocess, a Jupyter
+kernel); loopback and Unix sockets keep working."""
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import urllib.request
@@ -12,7 +16,9 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbclient import NotebookClient
 
 from circuitlasso import cache
 
@@ -31,6 +37,60 @@ def test_a_download_neither_cached_nor_mirrored_fails_naming_its_url(
     blocked = info.value.__cause__
     assert type(blocked).__name__ == BLOCKED, repr(blocked)  # the guard's, not a DNS error
     assert url in str(blocked) and "blocked in tests" in str(blocked)
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]  # nothing written
+
+
+# a download through the library in a process of its own; prints what it got as one JSON line
+CHILD_DOWNLOAD = """
+import json
+from huggingface_hub import constants
+from circuitlasso import cache
+
+try:
+    cache.fetch({url!r}, "a" * 64)
+    found = {{"error": None}}
+except cache.ResourceUnavailableError as err:
+    found = {{"error": str(err), "cause": type(err.__cause__).__name__}}
+print(json.dumps({{**found, "hub_offline": constants.HF_HUB_OFFLINE}}))
+"""
+
+
+def _in_a_kernel(source: str) -> str:
+    """``source`` run in a Jupyter kernel, as papermill runs a section; its printed text."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    NotebookClient(nb, kernel_name="python3").execute()
+    return "".join(
+        out.get("text", "") for out in nb.cells[0].outputs if out.output_type == "stream"
+    )
+
+
+@pytest.mark.parametrize("child", ["subprocess", "kernel"])
+def test_a_process_a_test_starts_cannot_download_either(
+    child: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))  # the child's cache: empty
+    monkeypatch.delenv(cache.MIRROR_ENV, raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the guard sets it in the child
+    url = "https://example.org/pub/corpus.zip"
+    source = CHILD_DOWNLOAD.format(url=url)
+    if child == "subprocess":
+        run = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        out = run.stdout
+    else:
+        out = _in_a_kernel(source)
+    found = json.loads(out.strip().splitlines()[-1])
+    # the library's offline error, caused by the guard (not by a DNS lookup or a timeout)
+    assert found["error"] is not None, "the child downloaded the file"
+    assert found["error"].startswith(f"cannot download {url} (network access blocked in tests")
+    assert found["cause"] == BLOCKED
+    assert found["hub_offline"] is True  # the hub's own downloads read only its cache
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]  # nothing written
 
 

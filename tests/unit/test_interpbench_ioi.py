@@ -6,14 +6,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from sklearn.metrics import roc_auc_score
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
+from circuitlasso.data.graph import Edge
 from circuitlasso.data.interpbench import PromptPairs, encode_ioi, ioi_prompts, load_hub_case
 from circuitlasso.data.interpbench.ioi import name_token_ids, restrict_unembedding
 from circuitlasso.data.models import gpt2_tokenizer
-from circuitlasso.evaluation.interpbench import RunSettings, evaluate_ioi
+from circuitlasso.evaluation.interpbench import RunSettings, evaluate, evaluate_ioi
+from circuitlasso.evaluation.interpbench.evaluate import MethodRun
 
 # ACDC-style records of a small circuit on a 2-layer model: input -> a0.h1 -> a1.h0 -> output.
 IOI_EDGES = [
@@ -140,8 +143,17 @@ def test_restricted_unembedding_keeps_the_chosen_logits(tokenizer):
     assert name_token_ids(tokenizer, ["Mary"]) == mary and len(mary) == 1
 
 
+def _circuit_by_hand(scores: dict[Edge, float], threshold: float) -> set[Edge]:
+    """The edges scoring above ``threshold`` on a path into the output (walked back from it)."""
+    kept = {edge for edge, score in scores.items() if score > threshold}
+    reached: set[str] = {"output"}
+    while more := {parent for parent, child in kept if child in reached} - reached:
+        reached |= more
+    return {(parent, child) for parent, child in kept if child in reached}
+
+
 def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(
-    tmp_path, offline_hub, gpt2_tokenizer_dir
+    tmp_path, offline_hub, gpt2_tokenizer_dir, monkeypatch: pytest.MonkeyPatch
 ):
     original = write_ioi_case(tmp_path / "interpbench", gpt2_tokenizer_dir)
     case = load_hub_case("ioi", source=tmp_path / "interpbench")  # tokenizer from our mirror
@@ -152,13 +164,43 @@ def test_ioi_case_evaluates_end_to_end_from_a_hub_format_folder(
     with torch.no_grad():
         torch.testing.assert_close(case.model(tokens), original(tokens))
 
+    runs: dict[str, MethodRun] = {}
+    run_method = evaluate.run_method
+
+    def kept(method, model, prompts, seed=0) -> MethodRun:
+        runs[method] = run_method(method, model, prompts, seed)
+        return runs[method]
+
+    monkeypatch.setattr(evaluate, "run_method", kept)
     methods = ["eap", "eap-ig", "circuitlasso-linear"]
     table = evaluate_ioi(tmp_path / "interpbench", RunSettings(methods, n_prompts=8, trials=1))
     assert list(table["method"]) == methods
     assert (table["case"] == "ioi").all() and (table["variant"] == "trained").all()
     assert (table["n_true_edges"] == IOI_CIRCUIT.number_of_edges()).all()
-    assert table["edge_auroc"].between(0, 1).all() and (table["total_s"] > 0).all()
-    assert (table["edge_shd"] >= 0).all()
+    # each row scores its method's edges against the hub's circuit, as computed here
+    for row in table.itertuples():
+        run = runs[row.method]
+        true = [edge in IOI_CIRCUIT.edges for edge in run.scores]
+        assert sum(true) == 3 and row.edge_auroc == pytest.approx(
+            roc_auc_score(true, list(run.scores.values())), abs=1e-12
+        )
+        found = _circuit_by_hand(run.scores, run.threshold)
+        assert row.edge_shd == len(found ^ IOI_CIRCUIT.edges) and row.n_edges == len(found)
+        assert row.total_s == run.collect_seconds + run.solve_seconds  # its one trial's
+
+    # a planted scorer: the true edges above every other (AUROC 1, SHD 0) or below (AUROC 0)
+    candidates = list(runs["eap"].scores)
+
+    def planted(method, model, prompts, seed=0) -> MethodRun:
+        above = method == "eap"
+        scores = {edge: float((edge in IOI_CIRCUIT.edges) == above) for edge in candidates}
+        return MethodRun(scores, 0.5, 0.0, 0.0)
+
+    monkeypatch.setattr(evaluate, "run_method", planted)
+    table = evaluate_ioi(tmp_path / "interpbench", RunSettings(["eap", "eap-ig"], 8, trials=1))
+    right, reversed_ = table.iloc[0], table.iloc[1]
+    assert (right["edge_auroc"], right["edge_shd"], right["best_edge_shd"]) == (1.0, 0, 0)
+    assert reversed_["edge_auroc"] == 0.0 and reversed_["edge_shd"] > 0
 
 
 def test_ioi_case_offline_and_not_cached_says_what_and_where(offline_hub):

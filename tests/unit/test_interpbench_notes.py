@@ -3,11 +3,10 @@ the IOI case, and one case's edge rankings against the direct calls."""
 
 from __future__ import annotations
 
-import time
-
 import pandas as pd
 import pytest
 
+from circuitlasso import timing
 from circuitlasso.data.interpbench import compile_case, make_prompts, to_hooked_transformer
 from circuitlasso.evaluation.interpbench import report
 from circuitlasso.evaluation.interpbench.evaluate import run_method
@@ -97,20 +96,27 @@ def test_timed_benchmark_adds_the_ioi_rows_only_when_asked(monkeypatch: pytest.M
     calls = []
     cases = run_table()
     hub = pd.DataFrame({"case": ["ioi"], "variant": ["trained"], "method": ["eap"]})
+    now = [100.0]  # a fake clock that moves only while the cases (5 s) and IOI (2 s) run
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
 
     def fake_cases(*args) -> pd.DataFrame:
         calls.append(args)
-        time.sleep(0.05)
+        now[0] += 5.0
         return cases
 
+    def fake_ioi(*args) -> pd.DataFrame:
+        calls.append(args)
+        now[0] += 2.0
+        return hub
+
     monkeypatch.setattr(report, "run_cases", fake_cases)
-    monkeypatch.setattr(report, "evaluate_ioi", lambda *args: calls.append(args) or hub)
+    monkeypatch.setattr(report, "evaluate_ioi", fake_ioi)
     settings = report.RunSettings(["eap"], 10, 1, 2)
     table, seconds = report.timed_benchmark(["a", "b"], ["exact"], settings)
-    assert table.equals(cases) and seconds >= 0.05  # the sleep is inside the timed run
+    assert table.equals(cases) and seconds == 5.0  # the cases' run, timed whole
     assert calls == [(["a", "b"], ["exact"], settings)]
-    both, _ = report.timed_benchmark(["a"], ["exact"], settings, ioi=True, ioi_source="here")
-    assert calls[-1] == ("here", settings)
+    both, seconds = report.timed_benchmark(["a"], ["exact"], settings, ioi=True, ioi_source="here")
+    assert calls[-1] == ("here", settings) and seconds == 5.0 + 2.0  # the IOI rows' run too
     assert len(both) == len(cases) + 1 and both.iloc[-1]["case"] == "ioi"
     assert both.index.tolist() == list(range(len(both)))
 

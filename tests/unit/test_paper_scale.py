@@ -41,29 +41,37 @@ def test_saes_are_unit_norm_tied_and_seeded_per_layer(paper_scale) -> None:
     torch.testing.assert_close(again[1].W_dec, saes[1].W_dec)
 
 
-def test_every_pair_runs_and_the_json_line_sums_the_stages(paper_scale, capsys) -> None:
+# each stage's seconds, planted (plant_seconds): a power of two each, so every sum differs
+STAGES = {"load model + SAEs": 1.0, "collect": 2.0, "label fit": 4.0, "pair 0->1": 8.0,
+          "pair 1->2": 16.0, "trace": 32.0}  # fmt: skip
+
+
+def test_every_pair_runs_and_the_json_line_sums_the_stages(
+    paper_scale, capsys, plant_seconds
+) -> None:
+    plant_seconds(paper_scale, STAGES)
     stages, summary = paper_scale.run(paper_scale.parse_args(TINY))
     lines = capsys.readouterr().out.strip().splitlines()
     assert paper_scale.STAND_IN in lines
     assert "projected" not in " ".join(lines)  # every pair was measured
-    stage_names = ["load model + SAEs", "collect", "label fit", "pair 0->1", "pair 1->2", "trace"]
-    assert list(summary["stage_seconds"]) == stage_names
-    assert all(seconds > 0 for seconds in summary["stage_seconds"].values())
-    assert summary["total_seconds"] == pytest.approx(sum(summary["stage_seconds"].values()))
+    assert list(summary["stage_seconds"]) == list(STAGES)  # every stage, in the order run
+    assert summary["stage_seconds"] == STAGES
+    assert summary["total_seconds"] == 63.0
     assert summary["pairs_measured"] == [1, 2]
-    assert summary["layer_pair_seconds_median"] == pytest.approx(
-        (summary["stage_seconds"]["pair 0->1"] + summary["stage_seconds"]["pair 1->2"]) / 2
-    )
+    assert summary["layer_pair_seconds_median"] == (8.0 + 16.0) / 2
     assert summary["peak_gib"] >= max(row["peak_gib"] for row in stages.rows.values()) * 0.99
     for name in ("pair 0->1", "pair 1->2"):
         row = stages.rows[name]
         assert row["outputs"] == 256 and row["nonzero"] > 0 and row["converged"] == 1.0
-        assert row["outputs_per_s"] == pytest.approx(256 / row["seconds"])
+        assert row["seconds"] == STAGES[name] and row["outputs_per_s"] == 256 / STAGES[name]
         assert 0 < row["active"] <= 256
     assert stages.rows["collect"]["outputs"] == 40
 
 
-def test_a_subset_of_pairs_is_projected_and_the_last_line_is_json(paper_scale, capsys) -> None:
+def test_a_subset_of_pairs_is_projected_and_the_last_line_is_json(
+    paper_scale, capsys, plant_seconds
+) -> None:
+    plant_seconds(paper_scale, STAGES)
     summary = paper_scale.main([*TINY, "--pairs", "2"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert json.loads(lines[-1]) == paper_scale.rounded(summary)
@@ -75,11 +83,10 @@ def test_a_subset_of_pairs_is_projected_and_the_last_line_is_json(paper_scale, c
         "pairs_measured",
         "projected_total_seconds_all_pairs",
     }
-    measured = summary["stage_seconds"]["pair 1->2"]
-    assert "pair 0->1" not in summary["stage_seconds"]
-    assert summary["projected_total_seconds_all_pairs"] == pytest.approx(
-        summary["total_seconds"] + measured
-    )
+    assert summary["stage_seconds"] == {k: v for k, v in STAGES.items() if k != "pair 0->1"}
+    assert summary["total_seconds"] == 63.0 - 8.0
+    # the measured pair's 16 s counted for both pairs
+    assert summary["projected_total_seconds_all_pairs"] == 63.0 - 8.0 + 16.0
     assert any(line.startswith("projected, not measured") for line in lines)
     assert any("went down 1 of 2 layers" in line for line in lines)
 

@@ -1,5 +1,6 @@
 """Layer pairs and collection on a local Ray cluster (2 workers): the same results as the serial
-run, a killed worker's task retried, a killed driver resumed from the cache."""
+run, a killed worker's task retried, a killed driver resumed from the cache; workers without the
+network, as the tests."""
 
 from __future__ import annotations
 
@@ -141,56 +142,82 @@ def test_collection_on_ray_equals_the_serial_collection(cluster, toy, prompts, f
         assert on_ray[layer].nnz and (on_ray[layer] != features[layer]).nnz == 0
 
 
-def _task_workers() -> list[int]:
-    """Processes of Ray workers running a task now (Ray titles them after the task)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if cmdline.startswith(b"ray::_run_on_worker"):
-            found.append(int(pid))
-    return found
+class HoldsTheFirstTask:
+    """Ray, with the first attempt of the first task held until its worker is killed: the
+    worker writes its pid to ``marker`` (created for that attempt only, so the retry runs)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.inner, self.marker = RayExecutor(), marker
+
+    def map(self, task, indices):
+        marker, first = str(self.marker), indices[0]
+
+        def held(i: int):  # a closure: pickled by value to the workers
+            if i == first:
+                try:
+                    with open(marker, "x") as mine:
+                        mine.write(str(os.getpid()))
+                except FileExistsError:  # the retry
+                    pass
+                else:
+                    while True:  # until the test kills this worker
+                        time.sleep(1)
+            return task(i)
+
+        return self.inner.map(held, indices)
 
 
 @pytest.mark.slow  # a local Ray cluster
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds workers in /proc")
-def test_a_worker_killed_mid_run_gives_the_same_result(cluster, Z, serial, tmp_path):
-    killed: list[int] = []
+def test_a_worker_killed_mid_task_gives_the_same_result(cluster, Z, serial, tmp_path):
+    marker, killed = tmp_path / "held", []
     done = threading.Event()
 
-    def kill_one_worker() -> None:
+    def kill_the_held_worker() -> None:
         while not done.is_set() and not killed:
-            for pid in _task_workers():
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-                break
-            time.sleep(0.002)
+            pid = marker.read_text() if marker.exists() else ""
+            if pid:  # written by the worker running the held task, which waits to be killed
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+            time.sleep(0.01)
 
-    killer = threading.Thread(target=kill_one_worker)
+    killer = threading.Thread(target=kill_the_held_worker)
     killer.start()
     try:
-        on_ray = LayerRegressions(Z, **SETTINGS, cache_dir=tmp_path, executor=RayExecutor())
-        on_ray.fit_all()
+        on_ray = LayerRegressions(Z, **SETTINGS, cache_dir=tmp_path / "cache",
+                                  executor=HoldsTheFirstTask(marker))  # fmt: skip
+        on_ray.fit_all()  # ends only if the held task ran again on another worker
     finally:
         done.set()
         killer.join()
-    assert killed, "no worker was running a task to kill"
+    assert len(killed) == 1  # the held task's worker, killed mid-task
     assert_same_fits(serial, on_ray)
 
 
 _DRIVER = textwrap.dedent(
     """
-    import sys
+    import sys, time
+    from pathlib import Path
     import ray, scipy.sparse as sp
     from circuitlasso.circuits.trace import LayerRegressions
     from circuitlasso.executor import RayExecutor
 
-    Z = {layer: sp.load_npz(f"{sys.argv[1]}/z{layer}.npz").tocsr() for layer in (0, 1, 2)}
+    folder, cache, chunk_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    first = {int(i) for i in sys.argv[4].split(",")}
+
+
+    class StopsAfterTheFirstChunks:
+        # Ray for the chunks of `first`; then a sign to the test, and a wait to be killed
+        def map(self, task, indices):
+            yield from RayExecutor().map(task, [i for i in indices if i in first])
+            Path(folder, "stopped").touch()
+            while True:
+                time.sleep(1)
+
+
+    Z = {layer: sp.load_npz(f"{folder}/z{layer}.npz").tocsr() for layer in (0, 1, 2)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    regressions = LayerRegressions(Z, lam_ratio=0.1, min_prompts=5, chunk_size=int(sys.argv[3]),
-                                   cache_dir=sys.argv[2], executor=RayExecutor())
+    regressions = LayerRegressions(Z, lam_ratio=0.1, min_prompts=5, chunk_size=chunk_size,
+                                   cache_dir=cache, executor=StopsAfterTheFirstChunks())
     regressions.fit_all()
     """
 )
@@ -204,27 +231,41 @@ def test_an_interrupted_driver_resumes_without_refitting_finished_chunks(
         sp.save_npz(tmp_path / f"z{layer}.npz", z)
     cache = tmp_path / "cache"
     n_tasks = 2 * WIDTH // CHUNK
-    command = [sys.executable, "-c", _DRIVER, str(tmp_path), str(cache), str(CHUNK)]
+    first = {0, 5, 13}  # chunks of both layer pairs; the driver is killed once they are saved
+    command = [sys.executable, "-c", _DRIVER, str(tmp_path), str(cache), str(CHUNK),
+               ",".join(map(str, sorted(first)))]  # fmt: skip
     driver = subprocess.Popen(command, start_new_session=True)
-
-    def saved() -> list[Path]:
-        return list(cache.glob("results/*/chunk_*.pt"))
-
     try:
-        deadline = time.monotonic() + 240
-        while len(saved()) < 3 and driver.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
+        while not (tmp_path / "stopped").exists():
+            assert driver.poll() is None, f"the driver ended with {driver.returncode} first"
+            time.sleep(0.05)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and the cluster it started
         driver.wait()
-    finished, previous = set(), None
-    while finished != previous:  # until no worker of the killed cluster saves any more
-        previous = finished
-        time.sleep(1.0)
-        finished = {int(path.stem.removeprefix("chunk_")) for path in saved()}
-    assert 3 <= len(finished) < n_tasks, f"the driver was stopped after {len(finished)} chunks"
+    finished = {
+        int(path.stem.removeprefix("chunk_")) for path in cache.glob("results/*/chunk_*.pt")
+    }
+    assert finished == first  # saved as each ended; none other was started
     counting = Counting(RayExecutor())
     resumed = LayerRegressions(Z, **SETTINGS, cache_dir=cache, executor=counting)
     resumed.fit_all()
-    assert sorted(counting.indices) == sorted(set(range(n_tasks)) - finished)
+    assert sorted(counting.indices) == sorted(set(range(n_tasks)) - first)
     assert_same_fits(serial, resumed)
+
+
+@pytest.mark.slow  # a local Ray cluster
+def test_a_ray_worker_cannot_reach_the_network_either(cluster):
+    def connect_off_this_machine(_: int) -> tuple[int, str]:
+        import socket
+
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)  # without the guard: a refusal or a timeout, not a hang
+            try:
+                sock.connect(("203.0.113.1", 443))  # TEST-NET-3
+            except OSError as err:
+                return os.getpid(), f"{type(err).__name__}: {err}"
+        return os.getpid(), "connected"
+
+    [(_, (pid, found))] = list(RayExecutor().map(connect_off_this_machine, [0]))
+    assert pid != os.getpid()  # in a worker
+    assert found.startswith("NetworkBlockedError: network access blocked in tests: connect to")

@@ -31,7 +31,22 @@ def test_scale_shrinks_p_and_m_and_caps_the_density(solver) -> None:
         assert tiny["active_per_row"] == min(big["active_per_row"], tiny["p"] // 8)
 
 
-def test_tiny_sweep_end_to_end(solver, capsys: pytest.CaptureFixture[str]) -> None:
+class TickingClock:
+    """``perf_counter`` that moves ``step`` seconds at each reading: every timed span between
+    two readings takes ``step``, the X^T Y floor, our solve of all outputs and a peer's of one."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_tiny_sweep_end_to_end(
+    solver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(solver, "time", TickingClock(0.5))  # the benchmark's clock only
     solver.main(
         ["--sweep", "2", "--seed", "0", "--scale", "0.02", "--sweep-outputs", "8",
          "--peer-outputs", "2", "--peers", "scikit-learn", "--threads", "1", "--tol", "1e-4"]
@@ -46,6 +61,8 @@ def test_tiny_sweep_end_to_end(solver, capsys: pytest.CaptureFixture[str]) -> No
     assert len(summary["shapes"]) == 2
     for row in summary["shapes"]:
         assert row["tol"] == 1e-4  # --tol overrides the drawn tolerance
-        assert row["ms_per_output_ours"] > 0 and row["ms_per_output_scikit-learn"] > 0
-        assert row["speedup_vs_best_peer"] > 0 and row["over_xty_floor"] > 0
-    assert summary["min_speedup_vs_best_peer"] <= summary["median_speedup_vs_best_peer"]
+        # 0.5 s for our 8 outputs, 0.5 s for each of the peer's: 8 times faster per output
+        assert row["ms_per_output_ours"] == 500 / 8 and row["ms_per_output_scikit-learn"] == 500
+        assert row["speedup_vs_best_peer"] == 8.0 and row["over_xty_floor"] == 1.0
+    assert summary["min_speedup_vs_best_peer"] == summary["median_speedup_vs_best_peer"] == 8.0
+    assert summary["max_over_xty_floor"] == 1.0
