@@ -1,5 +1,6 @@
 """The paper's real-model row: CircuitLasso vs EAP and EAP-IG on counterfactual next-token tasks,
-scored as MIB scores circuit localization (CPR, CMD), with each method's wall time.
+scored as MIB scores circuit localization (CPR, CMD), with each method's wall time, beside
+seeded random edge scores (MIB's random baseline).
 
 On a model (default ``smollm2-135m``), every method finds a circuit on each task's train split
 and is scored on its test split: :func:`circuitlasso.evaluation.localization.compare_methods`
@@ -36,9 +37,10 @@ from circuitlasso.cache import cache_root
 from circuitlasso.data.counterfactual_tasks import ALL_TASKS, HELDOUT_TASKS
 from circuitlasso.data.graph import DEFAULT_PASS_GIB
 from circuitlasso.data.models import DECODER_NAME, load_model
-from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS
+from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS
 from circuitlasso.evaluation.localization import (
     DEFAULT_METHODS,
+    LOCALIZATION_METHODS,
     LocalizationSettings,
     compare_methods,
 )
@@ -49,7 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DECODER_NAME, help="a name load_model knows")
     parser.add_argument("--tasks", nargs="+", choices=ALL_TASKS, default=list(ALL_TASKS))
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS))
+    parser.add_argument(
+        "--methods", nargs="+", choices=LOCALIZATION_METHODS, default=list(DEFAULT_METHODS)
+    )
     parser.add_argument("--n-train", type=int, default=64, help="items to find circuits on")
     parser.add_argument("--n-test", type=int, default=64, help="items to score circuits on")
     parser.add_argument("--fractions", nargs="+", type=float, default=list(MIB_FRACTIONS))

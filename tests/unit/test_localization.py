@@ -5,6 +5,7 @@ direct effects against ablating a last-layer head with the final norm's scale he
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -15,6 +16,7 @@ from circuitlasso.data.counterfactual_tasks import encode_for_model, logit_diffe
 from circuitlasso.evaluation import localization
 from circuitlasso.evaluation.head_roles import candidates_in_circuits, direct_effects
 from circuitlasso.evaluation.localization import LocalizationSettings
+from circuitlasso.evaluation.mib import mib_edges
 from circuitlasso.presentation import plots
 
 torch.set_num_threads(1)
@@ -50,6 +52,19 @@ def test_lasso_positions_choose_the_tokens_circuitlasso_averages(tokenizer):
         )
         assert found[positions] == reference.scores
     assert found["last"] != found["real"]
+
+
+def test_random_scores_are_a_seeded_score_for_every_mib_edge(tokenizer):
+    model = _model(tokenizer)
+    train = encode_for_model(model, task_splits("ioi", tokenizer, 2, 1).train)
+    found = [
+        localization.find_scores("random", model, train, LocalizationSettings(seed=seed))
+        for seed in (0, 0, 1)
+    ]
+    assert list(found[0]) == mib_edges(model)
+    noise = np.random.default_rng(0).standard_normal(len(found[0]))
+    np.testing.assert_array_equal(list(found[0].values()), noise)
+    assert found[0] == found[1] and found[0] != found[2]
 
 
 def test_settings_refuse_what_cannot_run():

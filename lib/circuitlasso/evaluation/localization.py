@@ -24,6 +24,8 @@ real token).
   MIB's metric; its ``metric`` sees no item ids, so the prompts run in chunks, each with its own
   metric, and the per-chunk mean scores are averaged weighted by chunk size (the same sum);
   scored per receiver slot (q, k, v apart) as MIB scores EAP.
+- ``random``: every MIB edge a seeded standard normal score, the circuits MIB's random baseline
+  scores (its signed and absolute rankings are two random orders); it finds them in no time.
 
 A method's seconds are the wall time of finding its scores (forward passes included), not of
 scoring them. :func:`compare_methods` keeps each (task, method) row in a store as it ends, keyed
@@ -68,7 +70,9 @@ from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS, 
 from circuitlasso.evaluation.mib import MIB_FRACTIONS, SlotEdge, mib_edges, mib_scores
 from circuitlasso.timing import Stopwatch
 
-DEFAULT_METHODS = ("circuitlasso-linear-read", "circuitlasso-anchored", "eap", "eap-ig")
+RANDOM = "random"  # seeded random edge scores, the baseline every method is read against
+LOCALIZATION_METHODS = (*METHODS, RANDOM)
+DEFAULT_METHODS = ("circuitlasso-linear-read", "circuitlasso-anchored", "eap", "eap-ig", RANDOM)
 LassoPositions = Literal["real", "last"]
 TOP_HEADS = 10
 """How many of a scoring's heads a row keeps (:func:`head_scores`)."""
@@ -76,11 +80,11 @@ TOP_HEADS = 10
 
 @dataclass(frozen=True)
 class LocalizationSettings:
-    """One comparison's settings: the ``methods`` (names in
-    :data:`~circuitlasso.evaluation.interpbench.evaluate.METHODS`), ``n_train`` items to find
-    circuits on and ``n_test`` to score them on, MIB's edge ``fractions``, the ``seed`` of the
-    items and methods, EAP-IG's ``ig_steps``, the tokens CircuitLasso averages over
-    (``lasso_positions``) and the budget of one batch's passes (``memory_gib``)."""
+    """One comparison's settings: the ``methods`` (names in :data:`LOCALIZATION_METHODS`: those
+    of :data:`~circuitlasso.evaluation.interpbench.evaluate.METHODS` and ``random``), ``n_train``
+    items to find circuits on and ``n_test`` to score them on, MIB's edge ``fractions``, the
+    ``seed`` of the items and methods, EAP-IG's ``ig_steps``, the tokens CircuitLasso averages
+    over (``lasso_positions``) and the budget of one batch's passes (``memory_gib``)."""
 
     methods: Sequence[str] = DEFAULT_METHODS
     n_train: int = 64
@@ -92,9 +96,11 @@ class LocalizationSettings:
     memory_gib: float = DEFAULT_PASS_GIB
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
+        unknown = [m for m in self.methods if m not in LOCALIZATION_METHODS]
         if unknown or not self.methods:
-            raise ValueError(f"methods must be a non-empty subset of {METHODS}, got {unknown}")
+            raise ValueError(
+                f"methods must be a non-empty subset of {LOCALIZATION_METHODS}, got {unknown}"
+            )
         if self.n_train < 1 or self.n_test < 1:
             raise ValueError(f"n_train and n_test must be >= 1, got {self.n_train}, {self.n_test}")
         fractions = [float(f) for f in self.fractions]
@@ -175,6 +181,10 @@ def find_scores(
     settings: LocalizationSettings = LocalizationSettings(),
 ) -> dict[tuple[str, str], float]:
     """One method's edge scores on the ``train`` split (module docstring)."""
+    if method == RANDOM:
+        edges = mib_edges(model)
+        noise = np.random.default_rng(settings.seed).standard_normal(len(edges))
+        return dict(zip(edges, noise.tolist(), strict=True))
     if method in ("eap", "eap-ig"):
         steps = settings.ig_steps if method == "eap-ig" else 0
         return eap_logit_diff(model, train, steps, settings.memory_gib)
