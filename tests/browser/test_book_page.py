@@ -13,7 +13,6 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
-import yaml
 from playwright.sync_api import Page
 
 from circuitlasso.presentation import reproduce as rp
@@ -84,7 +83,7 @@ def whole_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "book", root / "book")
     source, project = rp.Project(ROOT), rp.Project(root)
     project.sections_out.mkdir(exist_ok=True)
-    for entry in _toc_files(root):
+    for entry in rp.toc_files(root):
         page = entry.removeprefix("book/sections/")
         if page != entry and not project.executed(page).is_file():
             shutil.copy(source.template(rp.page_section(source, page)), project.executed(page))
@@ -92,17 +91,6 @@ def whole_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
         rp.write_build_info(project)
     _jupyter_book(root)
     return root
-
-
-def _toc_files(root: Path) -> list[str]:
-    """Every file of ``_toc.yml``: the root, the chapters and their nested sections."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    files, pending = [toc["root"]], list(toc["chapters"])
-    while pending:
-        entry = pending.pop(0)
-        files.append(entry["file"])
-        pending[:0] = entry.get("sections", [])
-    return files
 
 
 def typeset(page: Page) -> None:
@@ -153,7 +141,7 @@ def test_every_page_of_the_book_stays_offline(page: Page, whole_book: Path) -> N
     require.js and the widgets' HTML manager from a CDN) and no script fails."""
     html = whole_book / "_build" / "html"
     pages = sorted(p for p in html.rglob("*.html") if "_static" not in p.relative_to(html).parts)
-    toc = _toc_files(whole_book)
+    toc = rp.toc_files(whole_book)
     assert {html / f"{entry}.html" for entry in toc} <= set(pages)
     outside: dict[str, list[str]] = {}
     failures: dict[str, list[str]] = {}

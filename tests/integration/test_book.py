@@ -13,7 +13,6 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
-import yaml
 from nbval_outputs import output_differences
 
 from circuitlasso import cache
@@ -24,17 +23,6 @@ pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
-
-
-def _toc_files(root: Path) -> list[str]:
-    """Every file of ``_toc.yml``: the root, the chapters and their nested sections."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    files, pending = [toc["root"]], list(toc["chapters"])
-    while pending:
-        entry = pending.pop(0)
-        files.append(entry["file"])
-        pending[:0] = entry.get("sections", [])
-    return files
 
 
 PERTURBED_FP = ROOT / "tests" / "perturbed-fp"
@@ -108,7 +96,7 @@ def test_every_section_ran_without_error_cells(built_book: Path) -> None:
 def test_every_chapter_is_rendered(built_book: Path) -> None:
     html = built_book / "_build" / "html"
     assert (html / "index.html").is_file()
-    for entry in _toc_files(built_book):
+    for entry in rp.toc_files(built_book):
         page = html / f"{entry}.html"
         assert page.is_file(), f"chapter {entry} was not rendered"
         assert "<h1" in page.read_text()

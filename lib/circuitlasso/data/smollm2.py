@@ -33,20 +33,23 @@ SAE features are those of its words. The HF tokenizer itself prepends nothing (i
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_model
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.pretrained.weight_conversions.llama import convert_llama_weights
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PretrainedConfig
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from circuitlasso.cache import atomic_path, cache_root, sha256_of
-from circuitlasso.data.models import hf_dimensions, hf_progress
+from circuitlasso.cache import cache_root, sha256_of
+from circuitlasso.data.models import (
+    HF_WEIGHTS,
+    hf_dimensions,
+    hf_progress,
+    hooked_from_state,
+    save_hf_folder,
+)
 
 NAME = "smollm2-135m"
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the hub repo the GGUF was made from
@@ -58,7 +61,6 @@ N_LAYERS = 30
 # id 0, the base model's BOS and EOS: what separates pretraining documents, so the one context
 # token that lets a sentence's first word be scored (the chat model's BOS opens a chat turn)
 DOCUMENT_SEPARATOR = "<|endoftext|>"
-WEIGHTS = "model.safetensors"  # written last into the cached folder: its presence marks it whole
 
 
 def gguf_file() -> Path:
@@ -86,21 +88,9 @@ def hf_folder() -> Path:
     """The model as a Hugging Face folder under the project cache, keyed by the GGUF's sha256;
     written on first use from the GGUF (about a minute), each file atomically, weights last."""
     folder = cache_root() / "smollm2" / GGUF_SHA256[:16]
-    if (folder / WEIGHTS).is_file():
+    if (folder / HF_WEIGHTS).is_file():
         return folder
-    model, tokenizer = load_hf_smollm2(from_gguf=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = model.config.to_dict()
-    config.pop("quantization_config", None)  # dequantized: plain float32 weights now
-    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
-        type(model.config).from_dict(config).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        save_model(model, str(Path(tmp) / WEIGHTS), metadata={"format": "pt"})  # tied: once
-        names = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
-        for name in [n for n in names if n != WEIGHTS] + [WEIGHTS]:
-            with atomic_path(folder / name, mode=0o644) as dest:
-                shutil.move(Path(tmp) / name, dest)
-    return folder
+    return save_hf_folder(folder, *load_hf_smollm2(from_gguf=True))
 
 
 def load_hf_smollm2(*, from_gguf: bool = False) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
@@ -154,12 +144,7 @@ def load_smollm2(device: str = "cpu", dtype: torch.dtype = torch.float32) -> Hoo
     # the separator as BOS, given at load so that TransformerLens's reload keeps it
     tokenizer = AutoTokenizer.from_pretrained(hf_folder(), bos_token=DOCUMENT_SEPARATOR)
     cfg = smollm2_config(hf.config, device=device, dtype=dtype)
-    state = convert_llama_weights(hf, cfg)  # views of hf's weights, copied in when loaded
-    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # what it may miss: buffers built from the config (rotary tables, causal mask, IGNORE)
-    missing = [k for k in missing if k not in dict(model.named_buffers())]
-    if missing or unexpected:
-        raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+    # views of hf's weights, copied in when loaded
+    model = hooked_from_state(cfg, convert_llama_weights(hf, cfg), tokenizer)
     model.to(device, print_details=False)
     return model.to(dtype, print_details=False).eval()

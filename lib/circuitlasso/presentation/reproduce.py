@@ -111,6 +111,18 @@ def pages(project: Project) -> dict[str, tuple[str, str]]:
     return {stem: own[stem] for stem in _toc_pages(project) if stem in own}
 
 
+def toc_files(root: Path) -> list[str]:
+    """Every file ``_toc.yml`` under ``root`` lists, in book order: the root, the chapters and
+    their nested sections (paths without suffix, as written there)."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files, pending = [toc["root"]], list(toc["chapters"])
+    while pending:
+        entry = pending.pop(0)
+        files.append(entry["file"])
+        pending[:0] = entry.get("sections", [])
+    return files
+
+
 def _toc_pages(project: Project) -> list[str]:
     """The names of the executed notebooks ``_toc.yml`` lists, in its order."""
     return re.findall(r"book/sections/(\w+)", (project.root / "_toc.yml").read_text())
