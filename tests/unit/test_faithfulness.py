@@ -142,9 +142,10 @@ def test_trace_surrogate_starts_from_every_feature_the_readout_uses(
 
 
 def test_attribution_baseline_is_the_means_then_signed_integrated_gradients(
-    toy, sentences, label_fit
+    toy, sentences, label_fit, plant_seconds
 ) -> None:
     model, saes = toy
+    plant_seconds(fa, {"means": 2.0, "integrated gradients": 5.0})
     baseline = fa.attribution_baseline(model, saes, label_fit, sentences, steps=2, batch_size=4)
     means = feature_means(model, saes, sentences.reference, batch_size=4)
     scores = attribution_scores(model, saes, label_fit, sentences.prompts, means,
@@ -152,7 +153,7 @@ def test_attribution_baseline_is_the_means_then_signed_integrated_gradients(
     for layer in saes:
         torch.testing.assert_close(baseline.means[layer], means[layer])
         np.testing.assert_allclose(baseline.scores[layer], scores[layer], rtol=1e-6, atol=1e-9)
-    assert 0 < baseline.means_seconds < baseline.seconds
+    assert baseline.means_seconds == 2.0 and baseline.seconds == 7.0  # the planted stages
 
 
 def fake_saes(widths: dict[int, int]) -> dict:
