@@ -185,7 +185,7 @@ def test_on_a_random_transformer_output_and_value_edges_match_patching():
 def test_missing_hook_flags_and_bad_shapes_are_clear_errors():
     model = _tiny_model()
     tokens = torch.zeros(2, 5, dtype=torch.long)
-    with pytest.raises(ValueError, match="use_attn_result"):
+    with pytest.raises(ValueError, match="use_split_qkv_input"):
         edge_attribution_patching(model, tokens, tokens)
     flagged = _tiny_model(use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True)
     with pytest.raises(ValueError, match="same shape"):

@@ -30,7 +30,9 @@ def tokenizer(gpt2_tokenizer_dir: Path):
 def _model(tokenizer, n_layers: int = 1):
     model = models.tiny_gpt2(n_layers=n_layers, d_model=16, n_heads=2, n_ctx=32,
                              tokenizer=tokenizer)  # fmt: skip
-    return localization.prepare_for_patching(model)
+    model.set_use_split_qkv_input(True)
+    model.set_use_hook_mlp_in(True)
+    return model
 
 
 def test_lasso_positions_choose_the_tokens_circuitlasso_averages(tokenizer):
@@ -65,6 +67,17 @@ def test_random_scores_are_a_seeded_score_for_every_mib_edge(tokenizer):
     noise = np.random.default_rng(0).standard_normal(len(found[0]))
     np.testing.assert_array_equal(list(found[0].values()), noise)
     assert found[0] == found[1] and found[0] != found[2]
+
+
+def test_patching_flags_are_on_inside_and_the_callers_after_even_on_error(tokenizer):
+    model = models.tiny_gpt2(n_layers=1, d_model=16, n_heads=2, n_ctx=32, tokenizer=tokenizer)
+    model.set_use_hook_mlp_in(True)
+    before = {flag: getattr(model.cfg, flag) for flag in localization.PATCHING_FLAGS}
+    with pytest.raises(RuntimeError, match="inside"):
+        with localization.patching_flags(model) as flagged:
+            assert all(getattr(flagged.cfg, flag) for flag in localization.PATCHING_FLAGS)
+            raise RuntimeError("inside")
+    assert {flag: getattr(model.cfg, flag) for flag in localization.PATCHING_FLAGS} == before
 
 
 def test_settings_refuse_what_cannot_run():
@@ -122,7 +135,7 @@ def test_direct_effect_of_a_last_layer_head_is_its_ablation_with_the_scale_fixed
         with torch.no_grad():
             logits = model.run_with_hooks(
                 tokens.clean,
-                fwd_hooks=[("blocks.1.attn.hook_result", zero), *held],
+                fwd_hooks=[("blocks.1.attn.hook_z", zero), *held],
             )
         ablated = float(logit_difference(logits, tokens).mean())
         expected = effects.loc[f"a1.h{head}", "direct_effect"]
@@ -173,8 +186,11 @@ def test_candidates_are_ranked_in_each_methods_heads():
 def test_compare_methods_tables_summary_and_store(tokenizer, tmp_path: Path):
     model = models.tiny_gpt2(n_layers=2, d_model=16, n_heads=2, n_ctx=32, tokenizer=tokenizer)
     settings = LocalizationSettings(["eap", "eap-ig"], 4, 3, (0.1, 0.5, 1.0), ig_steps=2)
+    flags = localization.PATCHING_FLAGS
+    assert not any(getattr(model.cfg, flag) for flag in flags)
     run = localization.compare_methods(model, ["ioi", "sva"], settings, store=tmp_path,
                                        progress=False)  # fmt: skip
+    assert not any(getattr(model.cfg, flag) for flag in flags)  # the caller's flags, restored
     assert [(r.task, r.method) for r in run.table.itertuples()] == [
         ("ioi", "eap"), ("ioi", "eap-ig"), ("sva", "eap"), ("sva", "eap-ig")
     ]  # fmt: skip

@@ -304,7 +304,7 @@ def test_bad_circuits_and_inputs_are_clear_errors():
     cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=6, d_head=4, n_heads=2,
                                   d_vocab=11, act_fn="relu")  # fmt: skip
     flagless = HookedTransformer(cfg)
-    with pytest.raises(ValueError, match="use_attn_result"):
+    with pytest.raises(ValueError, match="use_split_qkv_input"):
         edge_patched_logits(flagless, tokens.clean, tokens.counterfactual, ())
 
 

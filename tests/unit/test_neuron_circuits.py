@@ -265,8 +265,8 @@ def test_collect_rejects_bad_input():
         collect_nodes(model, tokens, torch.zeros(tokens.shape[1], dtype=torch.bool))
     with pytest.raises(ValueError, match="prompts, positions"):
         collect_nodes(model, tokens[0])
-    model.set_use_attn_result(False)
-    with pytest.raises(ValueError, match="use_attn_result"):
+    model.set_use_split_qkv_input(False)
+    with pytest.raises(ValueError, match="use_split_qkv_input"):
         collect_nodes(model, tokens)
 
 

@@ -34,7 +34,10 @@ OUTPUT = "output"
 NodeKind = Literal["input", "head", "mlp", "output"]
 
 
-REQUIRED_HOOK_FLAGS = ("use_attn_result", "use_split_qkv_input", "use_hook_mlp_in")
+REQUIRED_HOOK_FLAGS = ("use_split_qkv_input", "use_hook_mlp_in")
+"""What edge patching and collection read: each head's own q, k, v inputs and each MLP's input.
+The heads' outputs are read at ``hook_z`` (:func:`sender_reads`), so ``use_attn_result`` is not
+among them."""
 
 
 LOGITS = "logits"
@@ -68,8 +71,8 @@ def require_hook_flags(model: HookedTransformer) -> None:
     if missing:
         raise ValueError(
             f"model config lacks hook flags {missing}; set them with "
-            f"model.set_use_attn_result(True), model.set_use_split_qkv_input(True), "
-            f"model.set_use_hook_mlp_in(True) (or in the HookedTransformerConfig)"
+            f"model.set_use_split_qkv_input(True), model.set_use_hook_mlp_in(True) "
+            f"(or in the HookedTransformerConfig)"
         )
 
 

@@ -18,6 +18,7 @@ import torch
 from transformer_lens import HookedTransformer
 
 from circuitlasso.data.counterfactual_tasks import TaskTokens
+from circuitlasso.data.graph import heads_summed
 
 
 @torch.no_grad()
@@ -34,12 +35,10 @@ def direct_effects(
       the earlier positions holding the answer token and the wrong one (in IOI the indirect
       object's name and the subject's).
 
-    Needs ``use_attn_result`` (the heads' outputs apart). Sorted by ``direct_effect``,
-    largest first."""
-    if not model.cfg.use_attn_result:
-        raise ValueError("direct_effects reads each head's output: model.set_use_attn_result(True)")
+    A head's output is read at its attention's ``hook_z`` through its own ``W_O`` slice. Sorted
+    by ``direct_effect``, largest first."""
     cfg = model.cfg
-    names = [f"blocks.{layer}.attn.hook_result" for layer in range(cfg.n_layers)]
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(cfg.n_layers)]
     names += [f"blocks.{layer}.attn.hook_pattern" for layer in range(cfg.n_layers)]
     names.append("ln_final.hook_scale")
     weight = getattr(model.ln_final, "w", None)
@@ -48,9 +47,10 @@ def direct_effects(
     for start in range(0, len(tokens), batch_size):
         batch = tokens.rows(slice(start, start + batch_size))
         items = torch.arange(len(batch))
-        _, cache = model.run_with_cache(
-            batch.clean.to(cfg.device), names_filter=lambda name: name in names
-        )
+        with heads_summed(model):
+            _, cache = model.run_with_cache(
+                batch.clean.to(cfg.device), names_filter=lambda name: name in names
+            )
         direction = model.W_U[:, batch.answer] - model.W_U[:, batch.wrong]  # (D, B)
         if weight is not None:
             direction = direction * weight[:, None]
@@ -58,7 +58,8 @@ def direct_effects(
         answer_at = batch.clean.to(cfg.device) == batch.answer[:, None].to(cfg.device)  # (B, P)
         wrong_at = batch.clean.to(cfg.device) == batch.wrong[:, None].to(cfg.device)
         for layer in range(cfg.n_layers):
-            out = cache[names[layer]][items, batch.last]  # (B, H, D)
+            z = cache[names[layer]][items, batch.last]  # (B, H, d_head)
+            out = torch.einsum("bhe,hed->bhd", z, model.blocks[layer].attn.W_O)  # (B, H, D)
             if centered:
                 out = out - out.mean(-1, keepdim=True)
             out = out / scale[:, :, None]

@@ -35,7 +35,8 @@ stopped run resumes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -117,15 +118,27 @@ class LocalizationSettings:
         object.__setattr__(self, "fractions", tuple(fractions))
 
 
-def prepare_for_patching(model: HookedTransformer) -> HookedTransformer:
-    """``model`` with the hook flags edge patching reads, and grouped-query heads ungrouped so
-    that each query head's key and value inputs are edges of their own, as MIB asks."""
-    model.set_use_attn_result(True)
-    model.set_use_split_qkv_input(True)
-    model.set_use_hook_mlp_in(True)
-    model.set_ungroup_grouped_query_attention(True)
-    require_hook_flags(model)
-    return model
+PATCHING_FLAGS = ("use_split_qkv_input", "use_hook_mlp_in", "ungroup_grouped_query_attention")
+"""The hook flags edge patching reads, and grouped-query heads ungrouped so that each query
+head's key and value inputs are edges of their own, as MIB asks."""
+
+
+def _set_flags(model: HookedTransformer, flags: dict[str, bool]) -> None:
+    for flag, value in flags.items():
+        getattr(model, f"set_{flag}")(value)
+
+
+@contextmanager
+def patching_flags(model: HookedTransformer) -> Iterator[HookedTransformer]:
+    """``model`` with every flag of :data:`PATCHING_FLAGS` on inside the block; the caller's
+    flags restored after."""
+    kept = {flag: bool(getattr(model.cfg, flag)) for flag in PATCHING_FLAGS}
+    _set_flags(model, dict.fromkeys(PATCHING_FLAGS, True))
+    try:
+        require_hook_flags(model)
+        yield model
+    finally:
+        _set_flags(model, kept)
 
 
 def _logit_diff_metric(answer: torch.Tensor, wrong: torch.Tensor):
@@ -384,14 +397,25 @@ def compare_methods(
     store: str | Path | None = None,
     progress: bool = True,
 ) -> Localization:
-    """Every method of ``settings`` on every task (module docstring), on ``model`` (hook flags
-    set here, :func:`prepare_for_patching`); each (task, method) row kept in ``store`` as it ends
-    when one is given, and read back from it by a later call with the same model, tokens and
-    settings."""
+    """Every method of ``settings`` on every task (module docstring), on ``model`` (its patching
+    flags on during the call, :func:`patching_flags`); each (task, method) row kept in ``store``
+    as it ends when one is given, and read back from it by a later call with the same model,
+    tokens and settings."""
     unknown = [t for t in tasks if t not in ALL_TASKS]
     if unknown or not tasks:
         raise ValueError(f"tasks must be a non-empty subset of {ALL_TASKS}, got {unknown}")
-    model = prepare_for_patching(model.eval())
+    with patching_flags(model.eval()):
+        return _compare(model, tasks, settings, store, progress)
+
+
+def _compare(
+    model: HookedTransformer,
+    tasks: Sequence[str],
+    settings: LocalizationSettings,
+    store: str | Path | None,
+    progress: bool,
+) -> Localization:
+    """:func:`compare_methods` on a model whose patching flags are on."""
     device = str(model.cfg.device)
     tokens = {}
     for task in tasks:
