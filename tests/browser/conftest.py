@@ -10,6 +10,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "results" / "screenshots"
+LOCAL = ("file:", "data:", "about:", "http://localhost:", "http://127.0.0.1:")
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +28,8 @@ def browser() -> Iterator[Browser]:
 def page(browser: Browser) -> Iterator[Page]:
     """A page that records its script errors (``page.errors``), the errors it logs to the
     console (``page.console_errors``) and every request that would leave the machine
-    (``page.remote``), which it blocks."""
+    (``page.remote``), which it blocks; files and servers on this machine's loopback are
+    reached."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     page = context.new_page()
     page.errors = []  # type: ignore[attr-defined]
@@ -37,7 +39,7 @@ def page(browser: Browser) -> Iterator[Page]:
     page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
 
     def offline(route) -> None:
-        if route.request.url.startswith(("file:", "data:", "about:")):
+        if route.request.url.startswith(LOCAL):
             route.continue_()
         else:
             page.remote.append(route.request.url)

@@ -1,5 +1,6 @@
 """The ``circuitlasso`` command: rerun book sections, build and inspect the toy world and the
-real model's SAEs, write a circuit's interactive explorer."""
+real model's SAEs, write a circuit's interactive explorer, serve circuits in circuit-tracer's
+viewer."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -185,6 +187,23 @@ def _explore(args: argparse.Namespace) -> int:
         print(f"circuitlasso: error: {err}", file=sys.stderr)
         return 2
     print(f"explorer written to {write_html(data, out)}")
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    from circuitlasso.presentation.circuit_tracer import serve
+
+    try:
+        viewer = serve(args.folder, port=args.port)
+    except (OSError, ValueError) as err:
+        print(f"circuitlasso: error: {err}", file=sys.stderr)
+        return 2
+    with viewer:
+        print(f"serving {args.folder} at {viewer.url} (Ctrl-C stops)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
     return 0
 
 
@@ -418,6 +437,18 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument(
         "--out", type=Path, default=None, help="the HTML file (default: DATA.html beside DATA.json)"
     )
+    view = _command(
+        commands,
+        "view",
+        _view,
+        help="serve a folder of circuit graphs in circuit-tracer's viewer",
+        description="Serve a folder of graphs written by "
+        "circuitlasso.presentation.circuit_tracer.to_circuit_tracer with circuit-tracer's local "
+        "server and its attribution-graph viewer, its scripts from local copies (offline); "
+        "prints the address, runs until Ctrl-C.",
+    )
+    view.add_argument("folder", type=Path, metavar="DIR", help="the folder of graphs")
+    view.add_argument("--port", type=int, default=8032, help="the port (default 8032; 0: any free)")
     return parser
 
 

@@ -79,7 +79,11 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _check_circuit(circuit: Circuit) -> None:
+def check_circuit(circuit: Circuit) -> None:
+    """Raise ``ValueError`` naming the first problem of a circuit the viewers cannot show: no
+    node, a node without ``layer``, ``feature`` or ``importance``, not interpreted
+    (:func:`~circuitlasso.circuits.trace.check_interpreted`), an edge without a ``coef`` or of an
+    unknown type."""
     if circuit.number_of_nodes() == 0:
         raise ValueError("the circuit has no nodes")
     for node, data in circuit.nodes(data=True):
@@ -95,7 +99,14 @@ def _check_circuit(circuit: Circuit) -> None:
             )
 
 
-def _readout_columns(lasso: CircuitLasso) -> list[str]:
+def node_label(data: Mapping[str, Any]) -> str:
+    """An interpreted node's label: its three most common top tokens, joined."""
+    return ", ".join(str(t) for t in list(data["top_tokens"])[:3]) or "(never active)"
+
+
+def readout_columns(lasso: CircuitLasso) -> list[str]:
+    """The name of each column of ``A_{L,y}``: the positive class of a binary label, each class of
+    a multi-class one, ``"y"`` for a real-valued one."""
     if lasso.kind_ == "binary":
         return [str(_plain(lasso.classes_[1]))]
     if lasso.kind_ == "multiclass":
@@ -142,7 +153,7 @@ def explorer_data(
     Z, readout = lasso.X_fit_, lasso.readout_layer_
     circuit = lasso.circuit_ if circuit is None else circuit
     saes = sae_layers(saes)
-    _check_circuit(circuit)
+    check_circuit(circuit)
     if len(prompts) != Z[readout].shape[0] or len(labels) != len(prompts):
         raise ValueError(
             f"got {len(prompts)} prompts and {len(labels)} labels for features of "
@@ -172,8 +183,7 @@ def explorer_data(
                 "layer": layer,
                 "feature": feature,
                 "importance": _num(data["importance"]),
-                "label": ", ".join(str(t) for t in list(data["top_tokens"])[:3])
-                or "(never active)",
+                "label": node_label(data),
                 "top_tokens": tokens,
                 "readout": [_num(v) for v in coef[feature]] if layer == readout else None,
                 "sentences": [
@@ -201,7 +211,7 @@ def explorer_data(
             "title": title or f"Circuit of {name}: {len(nodes)} features, {len(edges)} edges",
             "model": name,
             "layers": layers,
-            "readout": {"layer": int(readout), "columns": _readout_columns(lasso)},
+            "readout": {"layer": int(readout), "columns": readout_columns(lasso)},
             "nodes": nodes,
             "edges": edges,
             "prompts": [
