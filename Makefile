@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps circuit-tracer==0.5.0
 # the scripts its page loads from CDNs, pinned, from the npm registry: `circuitlasso view` serves
 # these copies, so the viewer runs offline
+	command -v npm >/dev/null || ($(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm)
 	npm install --prefix $(VENV)/share/circuitlasso-viewer --no-save --no-audit --no-fund \
 		--silent d3@7.9.0 d3-collection@1.0.7 d3-jetpack@2.2.0 dagre@0.8.5 pako@2.1.0
 	touch $(STAMP)
