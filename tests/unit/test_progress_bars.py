@@ -15,7 +15,7 @@ from tqdm.std import tqdm as plain_tqdm
 from transformers.utils import logging as hf_logging
 
 from circuitlasso.data import minilm_cola, sae_training
-from circuitlasso.data.models import hf_progress
+from circuitlasso.data.hf import hf_progress
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -70,7 +70,7 @@ def test_a_notebook_gets_no_widget_from_a_model_load() -> None:
         nbformat.v4.new_code_cell("from transformers.utils import logging as hf_logging\n" + bar),
         nbformat.v4.new_code_cell(
             "import transformers.modeling_gguf_pytorch_utils as gguf_reader\n"
-            "from circuitlasso.data.models import hf_progress\n"
+            "from circuitlasso.data.hf import hf_progress\n"
             f"with hf_progress(show=True):\n    {bar}\n"
             "    for _ in gguf_reader.tqdm(range(3), desc='GGUF tensors'): pass"
         ),

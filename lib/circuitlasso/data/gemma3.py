@@ -53,7 +53,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from circuitlasso.cache import atomic_path, cache_root, sha256_of
-from circuitlasso.data.models import (
+from circuitlasso.data.hf import (
     HF_WEIGHTS,
     hf_dimensions,
     hf_progress,
@@ -178,7 +178,7 @@ def load_hf_gemma3(*, from_gguf: bool = False) -> tuple[Any, PreTrainedTokenizer
     right), from the cached folder (:func:`hf_folder`) or, with ``from_gguf``, read from the
     joined GGUF file itself (about a minute). transformers' progress bars are plain text while
     the GGUF is read, off for the folder, never notebook widgets
-    (:func:`~circuitlasso.data.models.hf_progress`)."""
+    (:func:`~circuitlasso.data.hf.hf_progress`)."""
     if from_gguf:
         path = gguf_file()
         source, kwargs = path.parent, {"gguf_file": path.name}

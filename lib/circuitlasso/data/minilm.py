@@ -26,7 +26,7 @@ from transformers import BertConfig, BertModel, BertTokenizer
 from transformers.models.bert.modeling_bert import BertPreTrainingHeads
 
 from circuitlasso.cache import fetch
-from circuitlasso.data.models import hf_dimensions
+from circuitlasso.data.hf import hf_dimensions
 from circuitlasso.forward import hook_activations, prompt_batches
 
 NAME = "all-minilm-l6-v2"

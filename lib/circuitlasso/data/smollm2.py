@@ -43,7 +43,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, 
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from circuitlasso.cache import cache_root, sha256_of
-from circuitlasso.data.models import (
+from circuitlasso.data.hf import (
     HF_WEIGHTS,
     hf_dimensions,
     hf_progress,
@@ -97,7 +97,7 @@ def load_hf_smollm2(*, from_gguf: bool = False) -> tuple[LlamaForCausalLM, PreTr
     """The HF ``LlamaForCausalLM`` (float32, eval mode) and its tokenizer, from the cached folder
     (:func:`hf_folder`) or, with ``from_gguf``, read from the GGUF file itself (over a minute).
     transformers' progress bars are plain text while the GGUF is read, off for the folder (a
-    second or two), never notebook widgets (:func:`~circuitlasso.data.models.hf_progress`)."""
+    second or two), never notebook widgets (:func:`~circuitlasso.data.hf.hf_progress`)."""
     if from_gguf:
         path = gguf_file()
         source, kwargs = path.parent, {"gguf_file": path.name}

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from circuitlasso.cache import atomic_path
-from circuitlasso.data.models import lens_tokenizer
+from circuitlasso.data.hf import lens_tokenizer
 
 BOS, PAD, UNK = "<bos>", "<pad>", "<unk>"
 SPECIAL_TOKENS = (BOS, PAD, UNK)
