@@ -137,8 +137,7 @@ def toy_circuit(tmp_path_factory: pytest.TempPathFactory) -> ToyCircuit:
                                   label_prompts=20, seed=1, batch_size=100)  # fmt: skip
     lasso = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=4, k=2, min_prompts=5)
     lasso.fit(study.Z, study.y)
-    study.interpret_circuit(lasso.circuit_)
-    return ToyCircuit(study, lasso, lasso.circuit_)
+    return ToyCircuit(study, lasso, study.trace_circuit(lasso))
 
 
 @pytest.fixture(scope="session")

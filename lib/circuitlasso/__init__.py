@@ -6,7 +6,7 @@ The public entry points, importable from the package itself::
     model = cl.load_model("toy")
     saes = cl.load_saes("toy", range(model.cfg.n_layers), model=model)
     Z = cl.collect_sae_features(model, saes, prompts)
-    circuit = cl.CircuitLasso(label_lam_ratio=0.01).fit(Z, targets).circuit_
+    circuit = cl.CircuitLasso(label_lam_ratio=0.01).fit(Z, targets).trace()
 
 They load on first use, so ``import circuitlasso`` (and the ``circuitlasso`` command) stays quick.
 """

@@ -15,7 +15,8 @@ from circuitlasso.presentation import explorer as ex
 def data(toy_circuit) -> dict:
     study = toy_circuit.study
     return ex.explorer_data(toy_circuit.lasso, study.model, study.saes, study.prompts, study.y,
-                            name=study.name, sentences=3, rows=20)  # fmt: skip
+                            circuit=toy_circuit.circuit, name=study.name, sentences=3,
+                            rows=20)  # fmt: skip
 
 
 def radii(page: Page) -> dict[str, float]:

@@ -49,12 +49,20 @@ def test_trace_circuit_is_the_estimators_circuit_labelled(toy_circuit) -> None:
     study = _fresh(toy_circuit.study)
     lasso = clone(toy_circuit.lasso).fit(study.Z, study.y)
     circuit = study.trace_circuit(lasso)
-    assert circuit is lasso.circuit_
+    fitted = lasso.trace()
+    assert circuit == fitted and all("top_tokens" not in d for _, d in fitted.nodes(data=True))
     # the fixture traced the same estimator and labelled it with interpret_circuit
     pd.testing.assert_frame_equal(tr.node_table(circuit), tr.node_table(toy_circuit.circuit))
     pd.testing.assert_frame_equal(tr.edge_table(circuit), tr.edge_table(toy_circuit.circuit))
     assert all(tokens for _, tokens in circuit.nodes(data="top_tokens"))
     assert list(study.clock.laps) == ["layer-pair regressions + trace", "labels"]
+
+
+def test_trace_circuit_checks_the_prompts_as_interpret_does(toy_circuit) -> None:
+    study = _fresh(toy_circuit.study)
+    reversed_rows = dataclasses.replace(study, train=study.train.iloc[::-1])
+    with pytest.raises(ValueError, match="is not the prompt the features were collected on"):
+        reversed_rows.trace_circuit(toy_circuit.lasso)
 
 
 def test_check_tables_are_the_three_checks_in_order(toy_circuit) -> None:

@@ -7,12 +7,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.base import clone
+from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
-from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.model_selection import (
+    GridSearchCV,
+    KFold,
+    StratifiedKFold,
+    check_cv,
+    cross_val_score,
+)
 from sklearn.utils.estimator_checks import check_estimator
 
+from circuitlasso import estimator as estimator_module
 from circuitlasso.circuits import defaults
+from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.interpret import top_tokens
 from circuitlasso.circuits.trace import trace_circuit
 from circuitlasso.collect import LayerFeatures, collect_sae_features
@@ -47,7 +55,7 @@ def standardized_lam_max(Z: np.ndarray, theta: np.ndarray) -> float:
 
 
 def roots(estimator: CircuitLasso) -> set[int]:
-    return {d["feature"] for _, d in estimator.circuit_.nodes(data=True) if d["layer"] == 2}
+    return {d["feature"] for _, d in estimator.trace().nodes(data=True) if d["layer"] == 2}
 
 
 def test_binary_target(layers) -> None:
@@ -95,9 +103,9 @@ def test_regression_target(layers) -> None:
     Z2 = layers[2].toarray()
     rng = np.random.default_rng(22)
     y = 2 * Z2[:, 1] - 1.5 * Z2[:, 4] + 0.1 * rng.standard_normal(M)
-    estimator = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(
-        layers, y
-    )
+    estimator = CircuitLasso(
+        label_lam_ratio=0.05, lam_ratio=0.1, kind="regression", roots=2, k=1, min_prompts=1
+    ).fit(layers, y)
     assert estimator.lam_ == pytest.approx(0.05 * standardized_lam_max(Z2, y - y.mean()))
     predicted = estimator.predict(layers)
     np.testing.assert_allclose(predicted, Z2 @ estimator.coef_ + estimator.intercept_)
@@ -105,9 +113,12 @@ def test_regression_target(layers) -> None:
     assert r2 > 0.9
     assert roots(estimator) == set(PLANTED)
     assert not hasattr(estimator, "classes_")
-    with pytest.raises(AttributeError, match="no predict_proba"):
+    assert not hasattr(estimator, "predict_proba")
+    with pytest.raises(AttributeError, match="has no attribute 'predict_proba'"):
         estimator.predict_proba(layers)
-    # integer-valued targets are read as classes unless the kind is given
+    # a classifier, the default, refuses real values, and reads counts as classes
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        CircuitLasso(min_prompts=1).fit(layers, y)
     counts = np.round(np.abs(y) * 2)
     assert CircuitLasso(label_lam_ratio=0.05, kind="regression", min_prompts=1).fit(
         layers, counts
@@ -123,11 +134,13 @@ def test_all_layer_pairs_give_the_traced_circuit(layers) -> None:
     traced = CircuitLasso(label_lam_ratio=0.1, **options).fit(layers, y)
     full = CircuitLasso(label_lam_ratio=0.1, layer_pairs="all", **options).fit(layers, y)
     # every column of both layer pairs fitted, against the trace's few
-    assert {len(full.regressions_._fits[layer]) for layer in (1, 2)} == {D}
-    assert sum(len(f) for f in traced.regressions_._fits.values()) < 2 * D
-    assert full.circuit_ == traced.circuit_
-    for parent, child, data in traced.circuit_.edges(data=True):
-        assert full.circuit_.edges[parent, child]["coef"] == pytest.approx(data["coef"], abs=1e-3)
+    assert {len(full._regressions._fits[layer]) for layer in (1, 2)} == {D}
+    assert all(not fits for fits in traced._regressions._fits.values())  # nothing traced yet
+    circuit = traced.trace()
+    assert 0 < sum(len(f) for f in traced._regressions._fits.values()) < 2 * D
+    assert full.trace() == circuit
+    for parent, child, data in circuit.edges(data=True):
+        assert full.trace().edges[parent, child]["coef"] == pytest.approx(data["coef"], abs=1e-3)
     with pytest.raises(ValueError, match="layer_pairs is 'traced' or 'all'"):
         CircuitLasso(layer_pairs="some").fit(layers, y)
 
@@ -138,20 +151,21 @@ def test_accessors_are_the_fits_readout_and_layer_pairs(layers) -> None:
     estimator = CircuitLasso(label_lam_ratio=0.1, lam_ratio=0.1, roots=2, k=1).fit(layers, y)
     fit = estimator.label_fit_
     assert (estimator.kind_, estimator.readout_layer_) == ("binary", 2)
-    assert estimator.X_fit_ is estimator.regressions_.Z and sorted(estimator.X_fit_) == [0, 1, 2]
+    assert sorted(estimator.X_fit_) == [0, 1, 2]
     plain = np.abs(estimator.coef_[0])
     np.testing.assert_array_equal(estimator.readout_importance(standardized=False), plain)
     std = Z2.std(0)
     np.testing.assert_allclose(estimator.readout_importance(), plain * std, rtol=1e-12)
     # the estimator's own circuit, and another rule sharing its layer-pair fits
-    assert estimator.trace() == estimator.circuit_
+    assert estimator.trace() == estimator.trace(roots=2, k=1, standardized=True)
+    assert estimator.trace() is not estimator.trace()  # a new circuit each time
     wider = estimator.trace(roots=3, k=2, standardized=False)
-    assert wider == trace_circuit(fit, estimator.regressions_, roots=3, k=2, standardized=False)
+    assert wider == trace_circuit(fit, estimator._regressions, roots=3, k=2, standardized=False)
     parents = estimator.parent_fits(wider)
     with_parents = {(d["layer"], d["feature"]) for n, d in wider.nodes(data=True)
                     if wider.in_degree(n)}  # fmt: skip
     assert {(layer, f) for layer, fits in parents.items() for f in fits} == with_parents
-    assert all(fits[f] is estimator.regressions_.parents(layer, [f])[f]
+    assert all(fits[f] is estimator._regressions.parents(layer, [f])[f]
                for layer, fits in parents.items() for f in fits)  # fmt: skip
     # per prompt: |A| * |z| on the readout layer, the edges' |coef| * |z| below
     rows = [3, 0]
@@ -170,7 +184,10 @@ def test_accessors_are_the_fits_readout_and_layer_pairs(layers) -> None:
 
 def test_fitted_attributes_are_missing_before_fit(layers) -> None:
     estimator = CircuitLasso()
-    fitted = "coef_ intercept_ classes_ lam_ features_digest_ kind_ readout_layer_ X_fit_"
+    fitted = (
+        "coef_ intercept_ classes_ lam_ features_digest_ kind_ readout_layer_ X_fit_ "
+        "n_features_in_ label_fit_"
+    )
     for name in fitted.split():
         assert not hasattr(estimator, name), name
     with pytest.raises(NotFittedError, match="not fitted yet: call fit"):
@@ -197,6 +214,105 @@ def test_predict_wants_the_fitted_width(layers) -> None:
         estimator.predict({0: layers[0], 1: layers[1]})
     assert estimator.features_digest_ == features_digest(layers)
     assert features_digest({**layers, 2: layers[2] * 2}) != estimator.features_digest_
+
+
+# ---------------------------------------------------------------- the fitted state
+
+
+def binary_target(layers) -> np.ndarray:
+    Z2 = layers[2].toarray()
+    return (Z2[:, 1] - Z2[:, 4] > np.median(Z2[:, 1] - Z2[:, 4])).astype(int)
+
+
+def fitted_names(estimator: CircuitLasso) -> list[str]:
+    """Every public name of ``estimator`` ending in ``_``: scikit-learn's fitted attributes."""
+    names = {*dir(type(estimator)), *vars(estimator)}
+    return sorted(n for n in names if n.endswith("_") and not n.startswith("_"))
+
+
+def test_hasattr_on_a_fitted_attribute_solves_and_traces_nothing(layers, monkeypatch) -> None:
+    y = binary_target(layers)
+    fitted = CircuitLasso(label_lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    unfitted = CircuitLasso()
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("reading a fitted attribute ran a solver or a trace")
+
+    monkeypatch.setattr(estimator_module, "fit_label", no_work)
+    monkeypatch.setattr(tr, "trace_circuit", no_work)
+    monkeypatch.setattr(tr.LayerRegressions, "parents", no_work)
+    monkeypatch.setattr(tr.LayerRegressions, "fit_all", no_work)
+    names = fitted_names(fitted)
+    assert {"coef_", "X_fit_", "n_features_in_", "label_fit_"} <= set(names)
+    assert "circuit_" not in names and "regressions_" not in names
+    assert all(hasattr(fitted, name) for name in names)
+    assert not any(hasattr(unfitted, name) for name in names)
+
+
+def test_only_fit_sets_the_fitted_state(layers) -> None:
+    """Traces, parent fits and per-prompt circuits are returned: the fitted attributes stay the
+    objects ``fit`` set; the layer-pair fits they share are a cache of the fit, which a new fit
+    replaces and ``clone`` leaves behind."""
+    y = binary_target(layers)
+    estimator = CircuitLasso(label_lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(layers, y)
+    before = {name: value for name, value in vars(estimator).items() if name.endswith("_")}
+    circuit = estimator.trace(roots=3)
+    estimator.parent_fits(circuit)
+    estimator.prompt_circuit(0)
+    after = {name: value for name, value in vars(estimator).items() if name.endswith("_")}
+    assert after.keys() == before.keys()
+    assert all(after[name] is value for name, value in before.items())
+    cache = estimator._regressions
+    assert any(cache._fits.values())
+    assert not hasattr(clone(estimator), "_regressions")
+    assert estimator.fit(layers, y)._regressions is not cache
+    assert not any(estimator._regressions._fits.values())
+
+
+def test_x_fit_is_a_copy_of_the_features(layers) -> None:
+    y = binary_target(layers)
+    mine = {layer: z.copy() for layer, z in layers.items()}
+    estimator = CircuitLasso(label_lam_ratio=0.1, roots=2, k=1, min_prompts=1).fit(mine, y)
+    circuit, predicted = estimator.trace(), estimator.predict(layers)
+    for layer, z in mine.items():
+        for name in ("data", "indices", "indptr"):
+            assert not np.shares_memory(getattr(estimator.X_fit_[layer], name), getattr(z, name))
+        z.data *= 2  # the caller's arrays, in place
+    for layer, z in layers.items():
+        np.testing.assert_array_equal(estimator.X_fit_[layer].toarray(), z.toarray())
+    assert estimator.features_digest_ == features_digest(layers)
+    assert estimator.trace() == circuit
+    np.testing.assert_array_equal(estimator.predict(layers), predicted)
+
+
+def test_n_features_in_is_what_predict_reads(layers) -> None:
+    narrow = {**layers, 0: layers[0][:, :5]}  # another width below the readout
+    estimator = CircuitLasso(label_lam_ratio=0.1, min_prompts=1).fit(narrow, binary_target(layers))
+    assert estimator.n_features_in_ == D == estimator.coef_.shape[1]
+    assert estimator.predict({2: layers[2]}).shape == (M,)
+
+
+def test_the_kind_makes_a_classifier_or_a_regressor(layers) -> None:
+    for kind in ("classification", "binary", "multiclass"):
+        assert is_classifier(CircuitLasso(kind=kind)) and not is_regressor(CircuitLasso(kind=kind))
+        assert hasattr(CircuitLasso(kind=kind), "predict_proba")
+    regressor = CircuitLasso(kind="regression")
+    assert is_regressor(regressor) and not is_classifier(regressor)
+    assert not hasattr(regressor, "predict_proba")
+    y = binary_target(layers)
+    assert isinstance(check_cv(3, y, classifier=is_classifier(CircuitLasso())), StratifiedKFold)
+    # labels sorted by class: unstratified folds would train on one class
+    imbalanced = np.sort(np.where(np.arange(M) < M // 5, 1, 0))
+    options = {"label_lam_ratio": [0.1, 0.3]}
+    search = GridSearchCV(CircuitLasso(min_prompts=1), options, cv=3, error_score="raise")
+    Z = LayerFeatures(layers)
+    assert np.isfinite(search.fit(Z, imbalanced).cv_results_["mean_test_score"]).all()
+    with pytest.raises(ValueError, match="one class"):
+        GridSearchCV(CircuitLasso(min_prompts=1), options, cv=KFold(3), error_score="raise").fit(
+            Z, imbalanced
+        )
+    with pytest.raises(ValueError, match="kind must be one of"):
+        CircuitLasso(kind="labels").fit(layers, y)
 
 
 # ---------------------------------------------------------------- interpret on the toy world
@@ -238,17 +354,19 @@ def test_interpret_labels_the_nodes_from_the_prompts_of_the_features(toy) -> Non
 
 def test_interpret_returns_a_new_circuit_and_leaves_the_fitted_one(toy) -> None:
     estimator, model, saes, prompts = (toy[k] for k in ("estimator", "model", "saes", "prompts"))
-    circuit = estimator.interpret(model, saes, prompts, n_prompts=10)
-    assert circuit is not estimator.circuit_
-    assert set(circuit.nodes) == set(estimator.circuit_.nodes)
-    assert all("top_tokens" not in data for _, data in estimator.circuit_.nodes(data=True))
+    traced = estimator.trace()
+    circuit = estimator.interpret(model, saes, prompts, circuit=traced, n_prompts=10)
+    assert circuit is not traced and circuit == traced
+    assert all("top_tokens" not in data for _, data in traced.nodes(data=True))
+    assert all("type" not in data for _, _, data in traced.edges(data=True))
+    assert all("top_tokens" in data for _, data in circuit.nodes(data=True))
 
 
 def test_prompt_circuit_is_the_trace_weighted_by_one_prompt(toy) -> None:
     estimator = toy["estimator"]
     for prompt in (0, 7):
         found = estimator.prompt_circuit(prompt)
-        expected = trace_circuit(estimator.label_fit_, estimator.regressions_, roots=2, k=1,
+        expected = trace_circuit(estimator.label_fit_, estimator._regressions, roots=2, k=1,
                                  prompt=prompt)  # fmt: skip
         assert found.to_json() == expected.to_json()
     assert len(estimator.prompt_circuit(0, roots=1, k=1)) <= len(estimator.prompt_circuit(0))
@@ -265,9 +383,7 @@ def test_interpret_refuses_prompts_out_of_order_or_others(toy) -> None:
     with pytest.raises(ValueError, match=match):
         estimator.interpret(model, saes, toy["other"], n_prompts=10)
     # without the check the shuffled prompts would label the nodes with other sentences' tokens
-    layer, feature = next(
-        (d["layer"], d["feature"]) for _, d in estimator.circuit_.nodes(data=True)
-    )
+    layer, feature = next((d["layer"], d["feature"]) for _, d in estimator.trace().nodes(data=True))
     right = top_tokens(model, saes[layer], feature, prompts, toy["Z"][layer], n_prompts=10)
     wrong = top_tokens(model, saes[layer], feature, shuffled, toy["Z"][layer], n_prompts=10)
     assert right != wrong
@@ -275,9 +391,9 @@ def test_interpret_refuses_prompts_out_of_order_or_others(toy) -> None:
 
 def test_interpret_refuses_a_wrong_number_of_prompts(toy) -> None:
     estimator, model, saes, prompts = (toy[k] for k in ("estimator", "model", "saes", "prompts"))
-    with pytest.raises(ValueError, match=f"interpret got {N_TOY - 1} prompts but .* {N_TOY} rows"):
+    with pytest.raises(ValueError, match=f"got {N_TOY - 1} prompts but .* {N_TOY} rows"):
         estimator.interpret(model, saes, prompts[:-1])
-    with pytest.raises(ValueError, match=f"interpret got {N_TOY + 1} prompts"):
+    with pytest.raises(ValueError, match=f"got {N_TOY + 1} prompts"):
         estimator.interpret(model, saes, [*prompts, prompts[0]])
 
 
@@ -291,12 +407,11 @@ def test_interpret_refuses_an_sae_under_the_wrong_layer(toy) -> None:
 
 
 def test_interpret_refuses_features_changed_since_fit(toy) -> None:
-    Z = {layer: z.copy() for layer, z in toy["Z"].items()}
     estimator = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=2, k=1, min_prompts=5).fit(
-        Z, toy["y"]
+        toy["Z"], toy["y"]
     )
-    Z[3].data *= 2  # in place: the estimator holds these matrices
-    with pytest.raises(ValueError, match="the features fit was given were changed since fit"):
+    estimator.X_fit_[3].data *= 2  # in place
+    with pytest.raises(ValueError, match="X_fit_ was changed since fit: fit again"):
         estimator.interpret(toy["model"], toy["saes"], toy["prompts"])
 
 
@@ -313,7 +428,7 @@ def test_params_clone_and_grid_search_on_the_toy_world(toy) -> None:
     assert copy.get_params() == estimator.get_params() and not hasattr(copy, "coef_")
     ratios = [0.02, 0.1, 0.5]
     search = GridSearchCV(estimator, {"label_lam_ratio": ratios}, cv=3).fit(toy["Z"], toy["y"])
-    folds = KFold(3)
+    folds = StratifiedKFold(3)  # a classifier's cv=3
     means = [
         np.mean(
             cross_val_score(
@@ -325,7 +440,7 @@ def test_params_clone_and_grid_search_on_the_toy_world(toy) -> None:
     assert search.best_params_["label_lam_ratio"] == ratios[int(np.argmax(means))]
     assert search.best_score_ == pytest.approx(max(means))
     best = clone(estimator).set_params(**search.best_params_).fit(toy["Z"], toy["y"])
-    assert search.best_estimator_.circuit_ == best.circuit_
+    assert search.best_estimator_.trace() == best.trace()
     assert search.score(toy["Z"], toy["y"]) == best.score(toy["Z"], toy["y"])
 
 
@@ -343,11 +458,11 @@ def test_a_penalty_is_a_ratio_or_an_absolute_lambda(toy) -> None:
     np.testing.assert_allclose(absolute.coef_, by_ratio.coef_, rtol=1e-6, atol=1e-9)
     assert absolute.label_fit_.lam_ratio == pytest.approx(defaults.LABEL_LAM_RATIO)
     child = int(np.argmax(np.diff(sp.csc_matrix(toy["Z"][3]).indptr)))  # the most active
-    pair = by_ratio.regressions_.parents(3, [child])[child]
+    pair = by_ratio._regressions.parents(3, [child])[child]
     lam = float(pair.lam[list(pair.children).index(child)])
     assert lam > 0 and pair.column(child).nnz > 0
     absolute = CircuitLasso(lam=lam, **params).fit(toy["Z"], toy["y"])
-    same = absolute.regressions_.parents(3, [child])[child]
+    same = absolute._regressions.parents(3, [child])[child]
     np.testing.assert_allclose(same.column(child).toarray(), pair.column(child).toarray(),
                                rtol=1e-5, atol=1e-8)  # fmt: skip
     with pytest.raises(ValueError, match="as lam_ratio or as lam, not both"):
@@ -384,10 +499,12 @@ def test_layer_features_split_by_prompts(layers) -> None:
 
 
 @pytest.mark.slow  # scikit-learn's checks: dozens of fits
-def test_check_estimator() -> None:
-    """scikit-learn's estimator checks, on plain (M, D) matrices read as one layer: every check
-    passes (the array API check is skipped by scikit-learn itself unless SCIPY_ARRAY_API=1)."""
-    results = check_estimator(CircuitLasso(), on_fail=None)
+@pytest.mark.parametrize("kind", ["classification", "regression"])
+def test_check_estimator(kind: str) -> None:
+    """scikit-learn's estimator checks, on plain (M, D) matrices read as one layer, with the
+    classifier's or the regressor's checks: every check passes (the array API check is skipped
+    by scikit-learn itself unless SCIPY_ARRAY_API=1)."""
+    results = check_estimator(CircuitLasso(kind=kind), on_fail=None)
     failed = {r["check_name"]: str(r["exception"]) for r in results if r["status"] == "failed"}
     assert not failed, failed
     skipped = {r["check_name"] for r in results if r["status"] == "skipped"}

@@ -19,7 +19,7 @@ from circuitlasso.presentation.reproduce import HIDE_INPUT_TAG, collapse_long_ce
 
 
 def toy_explorer_data(toy_circuit, **options) -> dict:
-    study = toy_circuit.study
+    study, options = toy_circuit.study, {"circuit": toy_circuit.circuit, **options}
     return ex.explorer_data(toy_circuit.lasso, study.model, study.saes, study.prompts, study.y,
                             name=study.name, **options)  # fmt: skip
 
@@ -30,7 +30,12 @@ def data(toy_circuit) -> dict:
 
 
 def test_a_studys_data_is_the_explorer_data_of_its_model_and_prompts(toy_circuit, data) -> None:
-    assert ex.study_data(toy_circuit.lasso, toy_circuit.study, sentences=3, rows=12) == data
+    assert (
+        ex.study_data(
+            toy_circuit.lasso, toy_circuit.study, circuit=toy_circuit.circuit, sentences=3, rows=12
+        )
+        == data
+    )
 
 
 def test_nodes_and_edges_are_the_circuits(toy_circuit, data) -> None:
@@ -118,7 +123,14 @@ def test_an_uninterpreted_circuit_and_other_prompts_are_refused(toy_circuit) -> 
         toy_explorer_data(toy_circuit, circuit=Circuit())
     study = toy_circuit.study
     with pytest.raises(ValueError, match="got 299 prompts and 300 labels for features of 300"):
-        ex.explorer_data(toy_circuit.lasso, study.model, study.saes, study.prompts[1:], study.y)
+        ex.explorer_data(
+            toy_circuit.lasso,
+            study.model,
+            study.saes,
+            study.prompts[1:],
+            study.y,
+            circuit=toy_circuit.circuit,
+        )
 
 
 @pytest.mark.parametrize(

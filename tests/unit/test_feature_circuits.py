@@ -439,8 +439,11 @@ def cross_entropy_and_accuracy(p: np.ndarray, y: np.ndarray) -> tuple[float, flo
     return float(loss), float(np.mean((p > 0.5) == y))
 
 
-def ratio_search(ratios: list[float], Z: sp.csr_matrix, y: np.ndarray) -> GridSearchCV:
-    return GridSearchCV(CircuitLasso(), {"label_lam_ratio": ratios}, cv=KFold(3)).fit(Z, y)
+def ratio_search(
+    ratios: list[float], Z: sp.csr_matrix, y: np.ndarray, kind: str = "classification"
+) -> GridSearchCV:
+    estimator = CircuitLasso(kind=kind)
+    return GridSearchCV(estimator, {"label_lam_ratio": ratios}, cv=KFold(3)).fit(Z, y)
 
 
 def test_penalty_table_rows_and_the_search_choice(label_data) -> None:
@@ -504,7 +507,7 @@ def test_penalty_table_scores_multiclass_and_regression_targets(label_data, mult
     Z, _ = label_data
     values = 2 * Z[:, 0] - Z[:, 3] + 0.2 * np.random.default_rng(13).standard_normal(M)
     Z_tr, Z_te = sp.csr_matrix(Z[train]), sp.csr_matrix(Z[test])
-    search = ratio_search([0.01, 0.9], Z_tr, values[train])
+    search = ratio_search([0.01, 0.9], Z_tr, values[train], kind="regression")
     table = penalty_table(search, Z_tr, values[train], Z_te, values[test])
     assert "test_r2" in table and "test_accuracy" not in table
     for row in table.itertuples():

@@ -93,7 +93,7 @@ def toy_study(tmp_path_factory: pytest.TempPathFactory) -> FeatureStudy:
 def traced(toy_study: FeatureStudy) -> tuple[CircuitLasso, Circuit]:
     lasso = CircuitLasso(label_lam=1e-3, lam_ratio=0.1, min_prompts=5, roots=2, k=2)
     lasso.fit(toy_study.Z, toy_study.y)
-    return lasso, lasso.circuit_
+    return lasso, lasso.trace()
 
 
 def test_toy_study_loads_a_sample_and_collects_both_splits(toy_study: FeatureStudy):

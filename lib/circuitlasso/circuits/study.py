@@ -279,12 +279,21 @@ class FeatureStudy:
         return search.best_estimator_, ablation
 
     def trace_circuit(self, lasso: CircuitLasso) -> Circuit:
-        """The circuit the fitted ``lasso`` traces (``lasso.circuit_``: the layer-pair regressions
+        """The circuit the fitted ``lasso`` traces (``lasso.trace()``: the layer-pair regressions
         of the features it visits and the trace, timed as ``layer-pair regressions + trace``),
-        labelled in place by :meth:`interpret_circuit` (timed as ``labels``)."""
+        labelled as :meth:`interpret_circuit` labels it (timed as ``labels``), its nodes' top
+        tokens from :meth:`~circuitlasso.estimator.CircuitLasso.top_tokens`, which checks that
+        the study's prompts are those the features ``lasso`` was fitted on were collected on."""
         with self.clock.timed("layer-pair regressions + trace"):
-            circuit = lasso.circuit_
-        self.interpret_circuit(circuit)
+            circuit = lasso.trace()
+        nodes = [(int(d["layer"]), int(d["feature"])) for _, d in circuit.nodes(data=True)]
+        with self.clock.timed("labels"):
+            self._tokens.update(
+                lasso.top_tokens(
+                    self.model, self.saes, self.prompts, nodes, n_prompts=self.label_prompts
+                )
+            )
+            tr.interpret_circuit(circuit, self.top_tokens)
         return circuit
 
 

@@ -93,7 +93,10 @@ def make_target(labels: Any, *, kind: str | None = None, positive: Any = None) -
     if kind == "binary" and len(values) != 2:
         raise ValueError(f"labels must take exactly two values, got {len(values)}: {shown}")
     if len(values) < 2:
-        raise ValueError(f"labels must take at least two values, got {len(values)}: {shown}")
+        single = "" if kind == "regression" else " (one class)"
+        raise ValueError(
+            f"labels must take at least two values, got {len(values)}: {shown}{single}"
+        )
     if kind == "regression":
         numbers = _numbers(array)
         return Target("regression", numbers.astype(np.float64), np.zeros(0))

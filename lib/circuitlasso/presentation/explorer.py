@@ -134,15 +134,15 @@ def explorer_data(
     prompts: Sequence[str],
     labels: Sequence | np.ndarray,
     *,
-    circuit: Circuit | None = None,
+    circuit: Circuit,
     name: str | None = None,
     sentences: int = 5,
     rows: int | Sequence[int] = 40,
     title: str | None = None,
 ) -> dict[str, Any]:
-    """What the explorer shows of a fitted :class:`~circuitlasso.estimator.CircuitLasso`'s
-    interpreted circuit (``lasso.circuit_`` after ``lasso.interpret``, or ``circuit``, traced
-    from its readout and labelled), as a JSON-ready dict of the module's schema.
+    """What the explorer shows of ``circuit``, traced from the readout of the fitted
+    :class:`~circuitlasso.estimator.CircuitLasso` ``lasso`` and labelled (``lasso.interpret``),
+    as a JSON-ready dict of the module's schema.
 
     ``model``, ``saes`` and ``prompts: (M,)`` are those the features ``lasso`` was fitted on were
     collected with (row ``i`` is ``prompts[i]``), ``labels: (M,)`` their targets. ``name``: the
@@ -151,7 +151,6 @@ def explorer_data(
     given.
     """
     Z, readout = lasso.X_fit_, lasso.readout_layer_
-    circuit = lasso.circuit_ if circuit is None else circuit
     saes = sae_layers(saes)
     check_circuit(circuit)
     if len(prompts) != Z[readout].shape[0] or len(labels) != len(prompts):
@@ -229,7 +228,8 @@ def explorer_data(
 
 def study_data(lasso: CircuitLasso, study: FeatureStudy, **options: Any) -> dict[str, Any]:
     """:func:`explorer_data` of ``lasso``, fitted on ``study``'s features: its model, SAEs,
-    prompts, labels and name; ``options`` as :func:`explorer_data` takes them."""
+    prompts, labels and name; ``options`` (``circuit`` among them) as :func:`explorer_data`
+    takes them."""
     return explorer_data(
         lasso, study.model, study.saes, study.prompts, study.y, name=study.name, **options
     )
