@@ -19,7 +19,6 @@ import pytest
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.data.bias_in_bios import (
     GENDERS,
     HUB_COLUMNS,
@@ -28,6 +27,7 @@ from circuitlasso.data.bias_in_bios import (
     TRAIN_SPLITS,
 )
 from circuitlasso.estimator import CircuitLasso
+from circuitlasso.study import FeatureStudy
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "book" / "quickstart.md"

@@ -13,10 +13,10 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 
 from circuitlasso.circuits import trace as tr
-from circuitlasso.circuits.study import FeatureStudy, run_summary
 from circuitlasso.estimator import CircuitLasso, penalty_table
 from circuitlasso.evaluation import planted
 from circuitlasso.evaluation.findings import concept_table, study_summary
+from circuitlasso.study import FeatureStudy, run_summary
 from circuitlasso.timing import Stopwatch
 
 ABLATION = pd.DataFrame(

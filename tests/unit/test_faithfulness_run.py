@@ -18,13 +18,13 @@ import torch
 
 from circuitlasso import cache
 from circuitlasso.circuits.features import fit_label
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.acceptability import sentence_log_probs
 from circuitlasso.evaluation.faithfulness_run import FaithfulnessRun
+from circuitlasso.study import FeatureStudy
 
 torch.set_num_threads(1)
 

@@ -11,14 +11,14 @@ import pytest
 import scipy.sparse as sp
 
 from circuitlasso import cache
+from circuitlasso import study as study_module
 from circuitlasso.circuits import interpret
-from circuitlasso.circuits import study as study_module
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.study import FeatureStudy, feature_activity, run_summary
 from circuitlasso.circuits.trace import classify_edges
 from circuitlasso.data import load_dataset
 from circuitlasso.estimator import CircuitLasso
+from circuitlasso.study import FeatureStudy, feature_activity, run_summary
 
 
 def test_feature_activity_by_hand():

@@ -4,6 +4,8 @@ import ast
 import json
 from pathlib import Path
 
+import networkx as nx
+
 import circuitlasso
 
 LIB = Path(circuitlasso.__file__).parent
@@ -18,10 +20,11 @@ STAGES = {
     "collect": 2,
     "solve": 3,
     "circuits": 4,
-    "evaluation": 5,
-    "presentation": 6,
-    "estimator": 4,  # the circuits stage as one scikit-learn estimator: later stages use it
-    "__init__": 7,
+    "estimator": 5,  # the circuits stage as one scikit-learn estimator: later stages use it
+    "study": 6,  # a feature-circuit study around the estimator, the chapters' convenience
+    "evaluation": 7,
+    "presentation": 8,
+    "__init__": 9,
 }
 
 
@@ -32,22 +35,58 @@ def _stage(module: str) -> int:
     return STAGES[parts[1]] if len(parts) > 1 else STAGES["__init__"]
 
 
-def imports_from_later_stages(source: str, stage: int) -> list[str]:
-    found = []
+def imported_modules(source: str, package: str = "circuitlasso") -> list[str]:
+    """Every ``circuitlasso`` name ``source`` imports (anywhere: a function's imports count),
+    relative imports resolved against ``package``, the dotted package the source sits in."""
+    names = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-            if node.module == "circuitlasso":  # from circuitlasso import x: a module or a name
-                names = [f"circuitlasso.{a.name}" if a.name in STAGES else "circuitlasso"
-                         for a in node.names]  # fmt: skip
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from . import x, from ..y import z
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            # from package import x: x a module or a name, the module itself where it is one
+            names += [f"{base}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        for name in names:
-            if name.split(".")[0] == "circuitlasso" and _stage(name) > stage:
-                found.append(name)
+            names += [a.name for a in node.names]
+    return [name for name in names if name.split(".")[0] == "circuitlasso"]
+
+
+def imports_from_later_stages(source: str, stage: int, package: str = "circuitlasso") -> list[str]:
+    found = []
+    for name in imported_modules(source, package):
+        parts = name.split(".")
+        if len(parts) > 1 and parts[1] not in STAGES:  # from circuitlasso import a name
+            name = "circuitlasso"
+        if _stage(name) > stage:
+            found.append(name)
     return found
+
+
+def _modules() -> dict[str, Path]:
+    """``{dotted module name: path}`` of every module of the library (a package by its
+    ``__init__``)."""
+    found = {}
+    for path in LIB.rglob("*.py"):
+        parts = path.relative_to(LIB).with_suffix("").parts
+        found[".".join(("circuitlasso", *(p for p in parts if p != "__init__")))] = path
+    return found
+
+
+def _package(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+
+
+def import_graph(modules: dict[str, Path], sources: dict[str, str]) -> nx.DiGraph:
+    """Module -> module it imports (a name imported from a module counts as the module)."""
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        for imported in imported_modules(sources[name], _package(name, path)):
+            while imported not in modules and "." in imported:
+                imported = imported.rsplit(".", 1)[0]
+            if imported in modules and imported != name:
+                graph.add_edge(name, imported)
+    return graph
 
 
 def test_every_module_belongs_to_a_stage():
@@ -58,12 +97,29 @@ def test_every_module_belongs_to_a_stage():
 
 def test_no_module_imports_from_a_later_stage():
     violations = {}
-    for path in sorted(LIB.rglob("*.py")):
+    for name, path in sorted(_modules().items()):
         stage = STAGES[path.relative_to(LIB).parts[0].removesuffix(".py")]
-        found = imports_from_later_stages(path.read_text(), stage)
+        found = imports_from_later_stages(path.read_text(), stage, _package(name, path))
         if found:
             violations[str(path.relative_to(LIB))] = found
     assert violations == {}
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    modules = _modules()
+    graph = import_graph(modules, {name: path.read_text() for name, path in modules.items()})
+    assert [c for c in nx.strongly_connected_components(graph) if len(c) > 1] == []
+
+
+def test_the_circle_check_sees_a_circle_through_a_functions_import():
+    modules = {f"circuitlasso.data.{m}": LIB / "data" / f"{m}.py" for m in ("models", "hf")}
+    sources = {
+        "circuitlasso.data.models": "def load():\n    from circuitlasso.data.hf import x\n",
+        "circuitlasso.data.hf": "from .models import load\n",
+    }
+    assert list(nx.simple_cycles(import_graph(modules, sources))) != []
+    sources["circuitlasso.data.hf"] = "import circuitlasso.cache\n"
+    assert list(nx.simple_cycles(import_graph(modules, sources))) == []
 
 
 def test_the_check_sees_each_import_form():
@@ -76,6 +132,9 @@ def test_the_check_sees_each_import_form():
     ):
         assert imports_from_later_stages(line, stage=1), line
     assert not imports_from_later_stages("from circuitlasso.cache import fetch", stage=1)
+    # a relative import, from a module of circuitlasso.data, of a later stage
+    assert imports_from_later_stages("from ..evaluation import ablate", 1, "circuitlasso.data")
+    assert not imports_from_later_stages("from . import graph", 1, "circuitlasso.data")
 
 
 def public_modules() -> set[str]:

@@ -14,11 +14,11 @@ import scipy.sparse as sp
 
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.circuits.trace import feature_std, label_importance
 from circuitlasso.data.toyworld.datasets import dominant_category
 from circuitlasso.data.toyworld.grammar import VIOLATION_CATEGORIES
 from circuitlasso.evaluation import planted
+from circuitlasso.study import FeatureStudy
 
 REFLEXIVE = Counter({"himself": 3, "herself": 2})  # reflexives (also male_pronouns, 3 of 5)
 PERIOD = Counter({".": 5})  # final_punctuation

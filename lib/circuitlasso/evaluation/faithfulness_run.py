@@ -1,7 +1,7 @@
 """The faithfulness experiment (paper App. C.5, Fig. 4) as one object whose methods are its steps,
 in the order the section runs them.
 
-:class:`FaithfulnessRun` holds a loaded :class:`~circuitlasso.circuits.study.FeatureStudy`, its
+:class:`FaithfulnessRun` holds a loaded :class:`~circuitlasso.study.FeatureStudy`, its
 evaluation :class:`~circuitlasso.evaluation.faithfulness.Sentences`, the clock of CircuitLasso's
 stages and each step's result; every step is the function of
 :mod:`circuitlasso.evaluation.faithfulness` of the same name, called on what the earlier steps
@@ -30,11 +30,11 @@ from typing import Any, TypeVar, cast
 import pandas as pd
 from transformer_lens import HookedTransformer
 
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.data.minimal_pairs import MinimalPair
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
 from circuitlasso.evaluation.metrics import Metric
+from circuitlasso.study import FeatureStudy
 from circuitlasso.timing import Stopwatch
 
 T = TypeVar("T")
@@ -81,7 +81,7 @@ class FaithfulnessRun:
         batch_size: int = 64,
         **study_options: Any,
     ) -> FaithfulnessRun:
-        """:meth:`FeatureStudy.load <circuitlasso.circuits.study.FeatureStudy.load>` of
+        """:meth:`FeatureStudy.load <circuitlasso.study.FeatureStudy.load>` of
         ``study_args`` and ``study_options`` (model name, layers, hook, data set, splits,
         ``max_prompts``, ``device``, ...; its features collected) with ``seed`` and
         ``batch_size``, which the run keeps too, and

@@ -4,7 +4,7 @@ The paper labels four GPT-2 roots ("-self", "hunger/thirst", "tired/weary", endi
 punctuation), follows "-self" down five layers (persistence) and shows features that merge or
 drop their parents' concepts. Here a node *is* a concept when at least half of its top tokens
 are the concept's words (:func:`~circuitlasso.data.concepts.dominant_concept`); the circuit
-must have been interpreted (:meth:`~circuitlasso.circuits.study.FeatureStudy.interpret_circuit`:
+must have been interpreted (:meth:`~circuitlasso.study.FeatureStudy.interpret_circuit`:
 node ``top_tokens``, edge ``type``).
 
 - :func:`concept_table`: per concept, what the paper reports and which of the circuit's nodes
@@ -29,12 +29,12 @@ import pandas as pd
 
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.study import FeatureStudy, run_summary
 from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.concepts import ENGLISH_CONCEPTS, dominant_concept
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import planted
 from circuitlasso.evaluation.debias.probes import fit_probe
+from circuitlasso.study import FeatureStudy, run_summary
 
 PAPER_CONCEPTS = {
     "reflexives": 'root z12.20726 "-self"; persists over layers 8 to 12',
@@ -111,7 +111,7 @@ def readout_baselines(study: FeatureStudy, lasso: CircuitLasso) -> pd.DataFrame:
     readout of the fitted ``lasso`` on the study's features, and an l2-logistic probe
     (:func:`~circuitlasso.evaluation.debias.probes.fit_probe`) on the token-averaged activation
     at the hook the readout layer's SAE reads (rows; collected with the features,
-    :meth:`~circuitlasso.circuits.study.FeatureStudy.collect`)."""
+    :meth:`~circuitlasso.study.FeatureStudy.collect`)."""
     if lasso.kind_ != "binary":
         raise ValueError(f"readout baselines need a binary readout, not a {lasso.kind_} one")
     layer = lasso.readout_layer_
@@ -142,9 +142,9 @@ def readout_baselines(study: FeatureStudy, lasso: CircuitLasso) -> pd.DataFrame:
 def study_summary(
     study: FeatureStudy, lasso: CircuitLasso, ablation: pd.DataFrame, circuit: Circuit
 ) -> dict[str, Any]:
-    """The JSON summary of a run on ``study`` (:func:`~circuitlasso.circuits.study.run_summary`):
+    """The JSON summary of a run on ``study`` (:func:`~circuitlasso.study.run_summary`):
     the fitted ``lasso``, its penalty ``ablation``
-    (:meth:`~circuitlasso.circuits.study.FeatureStudy.search_label_lam`), the interpreted
+    (:meth:`~circuitlasso.study.FeatureStudy.search_label_lam`), the interpreted
     ``circuit`` with its :func:`concept_table`, and, where the study's sentences carry a planted
     truth (:func:`~circuitlasso.evaluation.planted.has_planted_truth`), the violations whose
     categories it reaches (:func:`~circuitlasso.evaluation.planted.violations_reached`)."""

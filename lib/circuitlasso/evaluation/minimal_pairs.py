@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.circuits.trace import node_name
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.minimal_pairs import MinimalPair, load_minimal_pairs
 from circuitlasso.data.models import model_decisions
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import Model, SAEMap
+from circuitlasso.study import FeatureStudy
 
 TOP_TOKENS = 10
 """How many of a feature's top tokens the changed word is looked for among."""

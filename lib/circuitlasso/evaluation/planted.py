@@ -5,7 +5,7 @@ Each unacceptable toy-cola sentence breaks one rule at a word of a known planted
 that does not agree, a wrong or missing final punctuation mark, a determiner without its noun).
 A feature *is* a planted category when at least half of its top tokens belong to it
 (:func:`~circuitlasso.data.toyworld.datasets.dominant_category`); top tokens come from the
-study (:meth:`~circuitlasso.circuits.study.FeatureStudy.top_tokens`).
+study (:meth:`~circuitlasso.study.FeatureStudy.top_tokens`).
 
 - :func:`categories_by_layer` and :func:`violations_reached`: the planted categories a circuit's
   nodes are, per layer, and which violations' categories are among them
@@ -25,10 +25,10 @@ import pandas as pd
 
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import Features
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.data.toyworld.datasets import dominant_category
 from circuitlasso.data.toyworld.grammar import VIOLATION_CATEGORIES
 from circuitlasso.estimator import CircuitLasso
+from circuitlasso.study import FeatureStudy
 
 RANKINGS = {True: "|A| * std(z)", False: "|A| (paper)"}  # trace_circuit's standardized
 

@@ -1,11 +1,13 @@
 """A traced circuit in circuit-tracer's attribution-graph viewer, served offline.
 
-:func:`to_circuit_tracer` writes a feature circuit (a prompt's, ``CircuitLasso.prompt_circuit``,
-or the data set's, ``circuit_``), interpreted, as a graph file of circuit-tracer's viewer
+:func:`to_circuit_tracer` writes a feature circuit (a prompt's, ``CircuitLasso.prompt_circuit``, or
+the data set's, ``CircuitLasso.trace()``), interpreted, as a graph file of circuit-tracer's viewer
 (``circuit_tracer.frontend``, validated by its pydantic models) into a folder: each feature a node
 at the prompt's token where it is most active, its label its top tokens; each edge a link weighted
 by its coefficient of ``A_{l-1,l}``; each readout-layer feature linked to the output, the target
-logit node, by its coefficient of ``A_{L,y}``. The folder holds:
+logit node, by its coefficient of ``A_{L,y}``.
+
+The folder holds:
 
 - ``{slug}.json``: the graph (``metadata``, ``qParams``, ``nodes``, ``links``);
 - ``graph-metadata.json``: ``{"graphs": [metadata, ...]}``, the list the viewer offers;

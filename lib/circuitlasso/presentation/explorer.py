@@ -3,7 +3,7 @@
 :func:`explorer_data` gathers what the explorer shows from a fitted
 :class:`~circuitlasso.estimator.CircuitLasso` and its interpreted circuit, with the model, SAEs,
 prompts and labels its features came from (:func:`study_data`: those of a
-:class:`~circuitlasso.circuits.study.FeatureStudy`); :func:`save_data` and :func:`load_data`
+:class:`~circuitlasso.study.FeatureStudy`); :func:`save_data` and :func:`load_data`
 write and read it as JSON; :func:`write_html` writes the page (the JSON, and the explorer's own
 script and style inlined: nothing is fetched when it is viewed, no server is needed); :func:`show`
 displays it in a notebook cell, and so in the book.
@@ -54,10 +54,10 @@ from IPython.display import HTML
 from circuitlasso.cache import atomic_path
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.study import FeatureStudy
 from circuitlasso.circuits.trace import check_interpreted, node_name
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import Model, SAEMap, sae_layers
+from circuitlasso.study import FeatureStudy
 
 SCHEMA = "circuitlasso.explorer/1"
 """The version of the JSON the explorer reads; bump it when a field changes meaning."""
