@@ -45,6 +45,7 @@ from circuitlasso.evaluation.localization import (
     compare_methods,
 )
 from circuitlasso.evaluation.mib import MIB_FRACTIONS
+from circuitlasso.evaluation.patched import PATCHED_ROWS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,6 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="real",
         help="CircuitLasso's activations averaged over every real token (the paper's App. B.2) "
         "or over the last one, where the metric reads the logits",
+    )
+    parser.add_argument(
+        "--patched-rows",
+        type=int,
+        default=PATCHED_ROWS,
+        help="patched passes (prompt rows) of circuitlasso-patched",
     )
     parser.add_argument(
         "--memory-gib", type=float, default=DEFAULT_PASS_GIB, help="budget of one batch's passes"
@@ -99,6 +106,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         ig_steps=args.ig_steps,
         lasso_positions=args.lasso_positions,
         memory_gib=args.memory_gib,
+        patched_rows=args.patched_rows,
     )
     start = time.perf_counter()
     run = compare_methods(model, args.tasks, settings, store=None if args.fresh else args.store)

@@ -56,9 +56,9 @@ def test_ioi_benchmark_eap(benchmark_script, gpt2_tokenizer_dir: Path, capsys):
 def test_ioi_benchmark_every_method_resumes(
     benchmark_script, tmp_path: Path, gpt2_tokenizer_dir: Path, capsys
 ):
-    names = ["circuitlasso-linear", "circuitlasso-linear-read", "circuitlasso-anchored", "eap",
-             "eap-ig"]  # fmt: skip
-    methods = ["--methods", *names]
+    names = ["circuitlasso-linear", "circuitlasso-linear-read", "circuitlasso-anchored",
+             "circuitlasso-patched", "eap", "eap-ig"]  # fmt: skip
+    methods = ["--methods", *names, "--patched-rows", "64"]
     result, line = _run(
         benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path), *methods]
     )
@@ -68,3 +68,9 @@ def test_ioi_benchmark_every_method_resumes(
         benchmark_script, gpt2_tokenizer_dir, capsys, ["--store", str(tmp_path), *methods]
     )
     assert again["cpr"] == result["cpr"] and again["seconds"] == result["seconds"]
+
+
+def test_ioi_benchmark_patched(benchmark_script, gpt2_tokenizer_dir: Path, capsys):
+    options = ["--methods", "circuitlasso-patched", "--patched-rows", "24", "--fresh"]
+    _, line = _run(benchmark_script, gpt2_tokenizer_dir, capsys, options)
+    _check(line, {"circuitlasso-patched"})

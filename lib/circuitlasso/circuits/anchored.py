@@ -142,7 +142,7 @@ def anchored_edge_scores(
         for slot, s in _receiver_sensitivities(model, node, inputs, contribution, lam_ratio):
             slot_scores.update(_keyed(senders, parents, slot, mean_contrast[parents] @ s))
             shared[parents] += s
-    return AnchoredScores(slot_scores, _node_scores(slot_scores))
+    return AnchoredScores(slot_scores, slot_node_scores(slot_scores))
 
 
 def _keyed(senders: list[str], parents: list[int], slot: str, scores: torch.Tensor) -> SlotScores:
@@ -189,7 +189,7 @@ def _receiver_sensitivities(
     return [(node.name, w_in @ _slope(inputs @ w_in, contribution, lam_ratio))]
 
 
-def _node_scores(slot_scores: SlotScores) -> EdgeScores:
+def slot_node_scores(slot_scores: SlotScores) -> EdgeScores:
     """Node-edge scores: the sum of ``|score|`` over a receiver's slots."""
     scores: EdgeScores = {}
     for (sender, slot), score in slot_scores.items():

@@ -59,6 +59,19 @@ def logit_projection_metric(
     return (per_position * position_weights).sum(-1)
 
 
+def logit_difference_metric(answer: torch.Tensor, wrong: torch.Tensor) -> Metric:
+    """A metric for prompts whose (answer, wrong) token ids are ``answer``, ``wrong``: ``(B,)``
+    each: per prompt, the sum over positions of the position weights (1 where the answer is
+    read) times logit(answer) - logit(wrong)."""
+
+    def metric(logits, clean_logits, corrupted_logits, weights):
+        index = torch.stack([answer, wrong], 1).to(logits.device)  # (B, 2)
+        picked = logits.gather(-1, index[:, None, :].expand(-1, logits.shape[1], -1))
+        return ((picked[..., 0] - picked[..., 1]) * weights).sum(-1)
+
+    return metric
+
+
 @dataclass(frozen=True)
 class ReceiverSlot:
     """One input of a node: ``hook`` holds it; ``head`` indexes the head axis of qkv inputs."""

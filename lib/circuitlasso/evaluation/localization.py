@@ -20,6 +20,10 @@ real token).
   slot, each sender's clean minus counterfactual contrast (averaged over the real tokens) times
   the receiver's sensitivity of the metric (read at the last real token) through the Lasso
   surrogate; forward passes only.
+- ``circuitlasso-patched`` (:mod:`circuitlasso.evaluation.patched`): the logit difference's
+  drop regressed on random per-prompt patchings of every head's q, k and v, MLP and the input
+  (``patched_rows`` prompt passes), edges split by each sender's share of its receiver's
+  contrast; forward passes only.
 - ``eap`` and ``eap-ig``: :func:`~circuitlasso.evaluation.eap.edge_attribution_patching` with
   MIB's metric; its ``metric`` sees no item ids, so the prompts run in chunks, each with its own
   metric, and the per-chunk mean scores are averaged weighted by chunk size (the same sum);
@@ -65,15 +69,27 @@ from circuitlasso.data.graph import (
 )
 from circuitlasso.data.interpbench.prompts import PromptPairs
 from circuitlasso.evaluation.cost.store import stored_row
-from circuitlasso.evaluation.eap import edge_attribution_patching, receiver_slots
+from circuitlasso.evaluation.eap import (
+    edge_attribution_patching,
+    logit_difference_metric,
+    receiver_slots,
+)
 from circuitlasso.evaluation.head_roles import candidates_in_circuits, direct_effects
 from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS, run_method
 from circuitlasso.evaluation.mib import MIB_FRACTIONS, SlotEdge, mib_edges, mib_scores
+from circuitlasso.evaluation.patched import PATCHED_ROWS
 from circuitlasso.timing import Stopwatch
 
 RANDOM = "random"  # seeded random edge scores, the baseline every method is read against
 LOCALIZATION_METHODS = (*METHODS, RANDOM)
-DEFAULT_METHODS = ("circuitlasso-linear-read", "circuitlasso-anchored", "eap", "eap-ig", RANDOM)
+DEFAULT_METHODS = (
+    "circuitlasso-linear-read",
+    "circuitlasso-anchored",
+    "circuitlasso-patched",
+    "eap",
+    "eap-ig",
+    RANDOM,
+)
 LassoPositions = Literal["real", "last"]
 TOP_HEADS = 10
 """How many of a scoring's heads a row keeps (:func:`head_scores`)."""
@@ -85,7 +101,8 @@ class LocalizationSettings:
     of :data:`~circuitlasso.evaluation.interpbench.evaluate.METHODS` and ``random``), ``n_train``
     items to find circuits on and ``n_test`` to score them on, MIB's edge ``fractions``, the
     ``seed`` of the items and methods, EAP-IG's ``ig_steps``, the tokens CircuitLasso averages
-    over (``lasso_positions``) and the budget of one batch's passes (``memory_gib``)."""
+    over (``lasso_positions``), the budget of one batch's passes (``memory_gib``) and the
+    patched passes of ``circuitlasso-patched`` (``patched_rows``)."""
 
     methods: Sequence[str] = DEFAULT_METHODS
     n_train: int = 64
@@ -95,6 +112,7 @@ class LocalizationSettings:
     ig_steps: int = EAP_IG_STEPS
     lasso_positions: LassoPositions = "real"
     memory_gib: float = DEFAULT_PASS_GIB
+    patched_rows: int = PATCHED_ROWS
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in LOCALIZATION_METHODS]
@@ -141,18 +159,6 @@ def patching_flags(model: HookedTransformer) -> Iterator[HookedTransformer]:
         _set_flags(model, kept)
 
 
-def _logit_diff_metric(answer: torch.Tensor, wrong: torch.Tensor):
-    """EAP's metric for one chunk of items: per item, the sum over positions of the position
-    weights (1 at the last real token) times logit(answer) - logit(wrong)."""
-
-    def metric(logits, clean_logits, corrupted_logits, weights):
-        index = torch.stack([answer, wrong], 1).to(logits.device)  # (B, 2)
-        picked = logits.gather(-1, index[:, None, :].expand(-1, logits.shape[1], -1))
-        return ((picked[..., 0] - picked[..., 1]) * weights).sum(-1)
-
-    return metric
-
-
 def _eap_chunk_size(model: HookedTransformer, n_positions: int, memory_gib: float) -> int:
     """Items per EAP chunk: what ``edge_attribution_patching`` would put in one batch."""
     nodes = graph_nodes(model)
@@ -178,7 +184,7 @@ def eap_logit_diff(
             chunk.clean,
             chunk.counterfactual,
             ig_steps=ig_steps,
-            metric=_logit_diff_metric(chunk.answer, chunk.wrong),
+            metric=logit_difference_metric(chunk.answer, chunk.wrong),
             position_mask=chunk.last_mask,
             batch_size=len(chunk),
         )
@@ -204,7 +210,9 @@ def find_scores(
     average = train.real_mask if settings.lasso_positions == "real" else train.last_mask
     pairs = PromptPairs(train.clean, train.counterfactual, train.last_mask, average)
     answers = torch.stack([train.answer, train.wrong], 1)
-    found = run_method(method, model, pairs, settings.seed, answers=answers)
+    found = run_method(
+        method, model, pairs, settings.seed, answers=answers, patched_rows=settings.patched_rows
+    )
     return found.scores if found.slot_scores is None else found.slot_scores
 
 
@@ -443,6 +451,8 @@ def _compare(
                              ig_steps=settings.ig_steps if method == "eap-ig" else 0,
                              fractions=list(settings.fractions),
                              lasso_positions=settings.lasso_positions if "lasso" in method else "",
+                             **({"patched_rows": settings.patched_rows}
+                                if method == "circuitlasso-patched" else {}),
                              )  # fmt: skip
         rows.append({"task": task, "method": method, **row})
     table = pd.DataFrame(rows)

@@ -39,6 +39,7 @@ from circuitlasso.data.interpbench.convert import Variant, to_hooked_transformer
 from circuitlasso.data.interpbench.programs import TracrTask, get_task
 from circuitlasso.data.interpbench.prompts import PromptPairs, make_prompts
 from circuitlasso.evaluation.eap import edge_attribution_patching
+from circuitlasso.evaluation.patched import PATCHED_ROWS, patched_lasso
 
 EAP_IG_STEPS = 10
 METHODS = (
@@ -49,6 +50,7 @@ METHODS = (
     "circuitlasso-nonlinear",  # group-lasso MLP per child
     "circuitlasso-nonlinear-read",  # the same with parents seen through the child's read weights
     "circuitlasso-anchored",  # signed scores tied to the metric (circuits.anchored)
+    "circuitlasso-patched",  # the metric regressed on random patchings (evaluation.patched)
 )
 
 
@@ -95,11 +97,13 @@ def run_method(
     prompts: PromptPairs,
     seed: int = 0,
     answers: torch.Tensor | None = None,
+    patched_rows: int = PATCHED_ROWS,
 ) -> MethodRun:
     """Run one of ``METHODS`` on the model and prompts. ``answers: (M, 2)``, the (answer, wrong)
     token ids of each clean prompt (its corrupted prompt is read on the same two), make
     CircuitLasso's output node the logit difference (:func:`~circuitlasso.circuits.components.
-    component_circuit`); EAP keeps its own metric."""
+    component_circuit`); EAP keeps its own metric. ``patched_rows``: the patched passes of
+    ``circuitlasso-patched`` (:func:`~circuitlasso.evaluation.patched.patched_lasso`)."""
     if method in ("eap", "eap-ig"):
         steps = EAP_IG_STEPS if method == "eap-ig" else 0
         result = edge_attribution_patching(
@@ -128,6 +132,18 @@ def run_method(
         )
         return MethodRun(found.scores, found.threshold, found.collect_seconds,
                          found.solve_seconds, found.slot_scores)  # fmt: skip
+    if method == "circuitlasso-patched":
+        patched = patched_lasso(
+            model,
+            prompts.clean,
+            prompts.corrupted,
+            position_mask=prompts.position_mask,
+            answers=answers,
+            n_rows=patched_rows,
+            seed=seed,
+        )
+        return MethodRun(patched.scores, gap_threshold(patched.scores), patched.collect_seconds,
+                         patched.attribute_seconds, patched.slot_scores)  # fmt: skip
     if method in METHODS:
         lasso = component_circuit(
             model,

@@ -1,0 +1,134 @@
+"""CircuitLasso on patched passes, on a small random transformer without norms (so a receiver's
+input is exactly the sum of its senders' outputs and the logit difference is linear in the last
+residual stream): edges into the output against exact edge patching, shares that split each
+receiver's effect exactly, unit effects against exact single-unit patching, and the
+cross-validated Lasso against scikit-learn's LassoCV."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LassoCV
+from sklearn.model_selection import KFold
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from circuitlasso.data.counterfactual_tasks import TaskTokens, logit_difference
+from circuitlasso.evaluation.mib import edge_patched_logits, mib_edges
+from circuitlasso.evaluation.patched import (
+    LAM_EPS,
+    N_LAMS,
+    _patch_hooks,
+    cross_validated_lasso,
+    patch_units,
+    patched_lasso,
+)
+
+torch.set_num_threads(1)
+FLAGS = {"use_attn_result": True, "use_split_qkv_input": True, "use_hook_mlp_in": True}
+
+
+def _model() -> HookedTransformer:
+    cfg = HookedTransformerConfig(n_layers=2, d_model=8, n_ctx=6, d_head=4, n_heads=2,
+                                  d_mlp=16, d_vocab=11, act_fn="relu",
+                                  normalization_type=None, seed=0, **FLAGS)  # fmt: skip
+    return HookedTransformer(cfg)
+
+
+def _tokens(m=16, p=6, seed=0) -> TaskTokens:
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randint(0, 11, (m, p), generator=g)
+    counter = clean.clone()
+    counter[:, 1] = torch.randint(0, 11, (m,), generator=g)
+    last = torch.full((m,), p - 1)
+    answer = torch.randint(0, 11, (m,), generator=g)
+    wrong = (answer + 1 + torch.randint(0, 10, (m,), generator=g)) % 11
+    return TaskTokens(clean, counter, last, answer, wrong, bos=False)
+
+
+def _found(model, tokens, **kw):
+    answers = torch.stack([tokens.answer, tokens.wrong], 1)
+    return patched_lasso(model, tokens.clean, tokens.counterfactual, position_mask=tokens.last_mask,
+                         answers=answers, **kw)  # fmt: skip
+
+
+def _mean_logit_diff(model, tokens, circuit) -> float:
+    logits = edge_patched_logits(model, tokens.clean, tokens.counterfactual, circuit)
+    return float(logit_difference(logits, tokens).double().mean())
+
+
+def test_edges_into_the_output_score_the_exact_effect_of_patching_them():
+    model, tokens = _model(), _tokens()
+    found = _found(model, tokens, n_rows=64)
+    edges = mib_edges(model)
+    full = _mean_logit_diff(model, tokens, edges)
+    into_output = [edge for edge in edges if edge[1] == "output"]
+    for edge in into_output:
+        effect = full - _mean_logit_diff(model, tokens, [e for e in edges if e != edge])
+        assert found.slot_scores[edge] == pytest.approx(effect, rel=1e-4, abs=1e-6)
+    assert max(abs(found.slot_scores[e]) for e in into_output) > 1e-2  # the case is not empty
+
+
+def test_a_receivers_senders_share_its_effect_exactly_and_every_mib_edge_is_scored():
+    model, tokens = _model(), _tokens()
+    found = _found(model, tokens, n_rows=320)
+    assert set(found.slot_scores) == set(mib_edges(model))
+    slots = {slot for _, slot in found.slot_scores if slot != "output"}
+    nonzero = [slot for slot in slots if abs(found.unit_effects[slot]) > 1e-3]
+    assert len(nonzero) >= 3  # the case is not empty
+    for slot in slots:
+        total = sum(score for (_, s), score in found.slot_scores.items() if s == slot)
+        assert total == pytest.approx(found.unit_effects[slot], rel=1e-4, abs=1e-8)
+    q, k, v = (found.slot_scores[("input", f"a1.h0.{x}")] for x in "qkv")
+    assert found.scores[("input", "a1.h0")] == pytest.approx(abs(q) + abs(k) + abs(v))
+
+
+def _single_unit_drops(model, tokens) -> dict[str, float]:
+    """The metric's exact mean drop when each unit alone is patched from the counterfactual."""
+    units = patch_units(model)
+    _, cf_cache = model.run_with_cache(tokens.counterfactual)
+    base = float(logit_difference(model(tokens.clean), tokens).double().mean())
+    drops = {}
+    for i, unit in enumerate(units):
+        mask = torch.zeros(len(tokens), len(units), dtype=torch.bool)
+        mask[:, i] = True
+        logits = model.run_with_hooks(tokens.clean, fwd_hooks=_patch_hooks(units, mask, cf_cache))
+        drops[unit.name] = base - float(logit_difference(logits, tokens).double().mean())
+    return drops
+
+
+def test_unit_effects_follow_exact_single_unit_patching():
+    model, tokens = _model(), _tokens(m=32)
+    found = _found(model, tokens, n_rows=2048, patch_share=0.1)
+    with torch.no_grad():
+        exact = _single_unit_drops(model, tokens)
+    names = list(exact)
+    a = np.array([exact[n] for n in names])
+    b = np.array([found.unit_effects[n] for n in names])
+    assert np.corrcoef(a, b)[0, 1] > 0.9  # 0.93: interactions move a Banzhaf value
+    assert names[int(np.argmax(np.abs(b)))] == names[int(np.argmax(np.abs(a)))]
+
+
+def test_the_cross_validated_lasso_is_scikit_learns_lasso_cv():
+    g = np.random.default_rng(0)
+    X = (g.random((300, 40)) < 0.2).astype(float)
+    beta = np.zeros(40)
+    beta[:5] = [2.0, -1.5, 1.0, 0.5, -0.8]
+    y = X @ beta + 0.3 * g.standard_normal(300)
+    ours = cross_validated_lasso(torch.tensor(X), torch.tensor(y), folds=5, seed=3).numpy()
+    top = np.abs((X - X.mean(0)).T @ (y - y.mean())).max() / len(y)
+    alphas = top * LAM_EPS ** np.linspace(0, 1, N_LAMS)
+    folds = KFold(5, shuffle=True, random_state=3)
+    reference = LassoCV(alphas=alphas, cv=folds, tol=1e-10, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(ours, reference.coef_, atol=1e-3)
+    assert np.count_nonzero(ours[5:]) < 35 and np.all(ours[:3] != 0)
+
+
+def test_bad_inputs_are_clear_errors():
+    model, tokens = _model(), _tokens()
+    with pytest.raises(ValueError, match="same shape"):
+        patched_lasso(model, tokens.clean, tokens.counterfactual[:, :4])
+    with pytest.raises(ValueError, match="patch_share"):
+        patched_lasso(model, tokens.clean, tokens.counterfactual, patch_share=1.0)
+    with pytest.raises(ValueError, match="n_rows"):
+        patched_lasso(model, tokens.clean, tokens.counterfactual, n_rows=3)
+    with pytest.raises(ValueError, match="answers"):
+        patched_lasso(model, tokens.clean, tokens.counterfactual, answers=tokens.answer[:, None])
