@@ -11,13 +11,16 @@ from types import ModuleType
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 from huggingface_hub import constants as hf_constants
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso import cache, timing
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.circuits.features import LabelFit, LayerPairFit
 from circuitlasso.data import minilm_saes, sae_training
 from circuitlasso.data.cola import load_cola
+from circuitlasso.data.counterfactual_tasks import TaskTokens
 from circuitlasso.data.graph import candidate_edges, graph_nodes
 from circuitlasso.data.interpbench import CompiledTask, to_hooked_transformer
 
@@ -137,3 +140,33 @@ def check_ground_truth() -> Callable[[CompiledTask], None]:
             assert truth.edges <= set(candidate_edges(graph_nodes(model)))
 
     return check
+
+
+@pytest.fixture
+def no_norm_model() -> HookedTransformer:
+    """A small random transformer without norms (2 layers of 2 heads and a ReLU MLP, 11 tokens),
+    every hook edge patching reads on: a receiver's input is exactly the sum of its senders'
+    outputs and the logit difference is linear in the last residual stream."""
+    cfg = HookedTransformerConfig(n_layers=2, d_model=8, n_ctx=6, d_head=4, n_heads=2,
+                                  d_mlp=16, d_vocab=11, act_fn="relu", normalization_type=None,
+                                  seed=0, use_attn_result=True, use_split_qkv_input=True,
+                                  use_hook_mlp_in=True)  # fmt: skip
+    return HookedTransformer(cfg)
+
+
+@pytest.fixture
+def random_task_tokens() -> Callable[..., TaskTokens]:
+    """``make(m=16, p=6, seed=0)``: ``m`` random prompts of ``p`` tokens of 11, each
+    counterfactual differing at position 1, the answer read at the last token."""
+
+    def make(m: int = 16, p: int = 6, seed: int = 0) -> TaskTokens:
+        g = torch.Generator().manual_seed(seed)
+        clean = torch.randint(0, 11, (m, p), generator=g)
+        counter = clean.clone()
+        counter[:, 1] = torch.randint(0, 11, (m,), generator=g)
+        last = torch.full((m,), p - 1)
+        answer = torch.randint(0, 11, (m,), generator=g)
+        wrong = (answer + 1 + torch.randint(0, 10, (m,), generator=g)) % 11
+        return TaskTokens(clean, counter, last, answer, wrong, bos=False)
+
+    return make

@@ -5,33 +5,13 @@ last residual stream (so the regression's slope is exact, up to the Lasso's shri
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso.circuits.anchored import anchored_circuit, anchored_edge_scores
 from circuitlasso.collect import collect_nodes
-from circuitlasso.data.counterfactual_tasks import TaskTokens, logit_difference
+from circuitlasso.data.counterfactual_tasks import logit_difference
 from circuitlasso.evaluation.mib import edge_patched_logits, mib_edges
 
 torch.set_num_threads(1)
-FLAGS = {"use_attn_result": True, "use_split_qkv_input": True, "use_hook_mlp_in": True}
-
-
-def _model() -> HookedTransformer:
-    cfg = HookedTransformerConfig(n_layers=2, d_model=8, n_ctx=6, d_head=4, n_heads=2,
-                                  d_mlp=16, d_vocab=11, act_fn="relu",
-                                  normalization_type=None, seed=0, **FLAGS)  # fmt: skip
-    return HookedTransformer(cfg)
-
-
-def _tokens(m=16, p=6, seed=0) -> TaskTokens:
-    g = torch.Generator().manual_seed(seed)
-    clean = torch.randint(0, 11, (m, p), generator=g)
-    counter = clean.clone()
-    counter[:, 1] = torch.randint(0, 11, (m,), generator=g)
-    last = torch.full((m,), p - 1)
-    answer = torch.randint(0, 11, (m,), generator=g)
-    wrong = (answer + 1 + torch.randint(0, 10, (m,), generator=g)) % 11
-    return TaskTokens(clean, counter, last, answer, wrong, bos=False)
 
 
 def _mean_logit_diff(model, tokens, circuit) -> float:
@@ -40,8 +20,10 @@ def _mean_logit_diff(model, tokens, circuit) -> float:
 
 
 @pytest.mark.parametrize("lam_ratio", [0.01, 0.2])
-def test_edges_into_the_output_score_the_exact_effect_of_patching_them(lam_ratio):
-    model, tokens = _model(), _tokens()
+def test_edges_into_the_output_score_the_exact_effect_of_patching_them(
+    lam_ratio, no_norm_model, random_task_tokens
+):
+    model, tokens = no_norm_model, random_task_tokens()
     mask = torch.cat([tokens.last_mask] * 2)
     answers = torch.stack([tokens.answer, tokens.wrong], 1)
     found = anchored_circuit(model, tokens.clean, tokens.counterfactual, mask,
@@ -57,8 +39,8 @@ def test_edges_into_the_output_score_the_exact_effect_of_patching_them(lam_ratio
     assert max(abs(found.slot_scores[e]) for e in into_output) > 1e-2  # the case is not empty
 
 
-def test_every_mib_edge_is_scored_and_heads_sum_their_slots():
-    model, tokens = _model(), _tokens()
+def test_every_mib_edge_is_scored_and_heads_sum_their_slots(no_norm_model, random_task_tokens):
+    model, tokens = no_norm_model, random_task_tokens()
     found = anchored_circuit(model, tokens.clean, tokens.counterfactual,
                              answers=torch.stack([tokens.answer, tokens.wrong], 1))  # fmt: skip
     assert set(found.slot_scores) == set(mib_edges(model))
@@ -67,8 +49,8 @@ def test_every_mib_edge_is_scored_and_heads_sum_their_slots():
     assert any(found.slot_scores[e] < 0 for e in found.slot_scores)  # signed
 
 
-def test_bad_inputs_are_clear_errors():
-    model, tokens = _model(), _tokens()
+def test_bad_inputs_are_clear_errors(no_norm_model, random_task_tokens):
+    model, tokens = no_norm_model, random_task_tokens()
     with pytest.raises(ValueError, match="same shape"):
         anchored_circuit(model, tokens.clean, tokens.counterfactual[:, :4])
     acts = collect_nodes(model, torch.cat([tokens.clean, tokens.counterfactual]))
@@ -78,8 +60,10 @@ def test_bad_inputs_are_clear_errors():
         anchored_edge_scores(acts, model, n_pairs=16, lam_ratio=1.5)
 
 
-def test_without_answers_the_metric_is_the_logits_along_their_mean_contrast():
-    model, tokens = _model(), _tokens()
+def test_without_answers_the_metric_is_the_logits_along_their_mean_contrast(
+    no_norm_model, random_task_tokens
+):
+    model, tokens = no_norm_model, random_task_tokens()
     lam_ratio = 0.01
     found = anchored_circuit(model, tokens.clean, tokens.counterfactual, lam_ratio=lam_ratio)
     edges = mib_edges(model)

@@ -9,9 +9,8 @@ import pytest
 import torch
 from sklearn.linear_model import LassoCV
 from sklearn.model_selection import KFold
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuitlasso.data.counterfactual_tasks import TaskTokens, logit_difference
+from circuitlasso.data.counterfactual_tasks import logit_difference
 from circuitlasso.evaluation.mib import edge_patched_logits, mib_edges
 from circuitlasso.evaluation.patched import (
     LAM_EPS,
@@ -23,25 +22,6 @@ from circuitlasso.evaluation.patched import (
 )
 
 torch.set_num_threads(1)
-FLAGS = {"use_attn_result": True, "use_split_qkv_input": True, "use_hook_mlp_in": True}
-
-
-def _model() -> HookedTransformer:
-    cfg = HookedTransformerConfig(n_layers=2, d_model=8, n_ctx=6, d_head=4, n_heads=2,
-                                  d_mlp=16, d_vocab=11, act_fn="relu",
-                                  normalization_type=None, seed=0, **FLAGS)  # fmt: skip
-    return HookedTransformer(cfg)
-
-
-def _tokens(m=16, p=6, seed=0) -> TaskTokens:
-    g = torch.Generator().manual_seed(seed)
-    clean = torch.randint(0, 11, (m, p), generator=g)
-    counter = clean.clone()
-    counter[:, 1] = torch.randint(0, 11, (m,), generator=g)
-    last = torch.full((m,), p - 1)
-    answer = torch.randint(0, 11, (m,), generator=g)
-    wrong = (answer + 1 + torch.randint(0, 10, (m,), generator=g)) % 11
-    return TaskTokens(clean, counter, last, answer, wrong, bos=False)
 
 
 def _found(model, tokens, **kw):
@@ -55,8 +35,10 @@ def _mean_logit_diff(model, tokens, circuit) -> float:
     return float(logit_difference(logits, tokens).double().mean())
 
 
-def test_edges_into_the_output_score_the_exact_effect_of_patching_them():
-    model, tokens = _model(), _tokens()
+def test_edges_into_the_output_score_the_exact_effect_of_patching_them(
+    no_norm_model, random_task_tokens
+):
+    model, tokens = no_norm_model, random_task_tokens()
     found = _found(model, tokens, n_rows=64)
     edges = mib_edges(model)
     full = _mean_logit_diff(model, tokens, edges)
@@ -67,8 +49,10 @@ def test_edges_into_the_output_score_the_exact_effect_of_patching_them():
     assert max(abs(found.slot_scores[e]) for e in into_output) > 1e-2  # the case is not empty
 
 
-def test_a_receivers_senders_share_its_effect_exactly_and_every_mib_edge_is_scored():
-    model, tokens = _model(), _tokens()
+def test_a_receivers_senders_share_its_effect_exactly_and_every_mib_edge_is_scored(
+    no_norm_model, random_task_tokens
+):
+    model, tokens = no_norm_model, random_task_tokens()
     found = _found(model, tokens, n_rows=320)
     assert set(found.slot_scores) == set(mib_edges(model))
     slots = {slot for _, slot in found.slot_scores if slot != "output"}
@@ -95,8 +79,8 @@ def _single_unit_drops(model, tokens) -> dict[str, float]:
     return drops
 
 
-def test_unit_effects_follow_exact_single_unit_patching():
-    model, tokens = _model(), _tokens(m=32)
+def test_unit_effects_follow_exact_single_unit_patching(no_norm_model, random_task_tokens):
+    model, tokens = no_norm_model, random_task_tokens(m=32)
     found = _found(model, tokens, n_rows=2048, patch_share=0.1)
     with torch.no_grad():
         exact = _single_unit_drops(model, tokens)
@@ -122,8 +106,8 @@ def test_the_cross_validated_lasso_is_scikit_learns_lasso_cv():
     assert np.count_nonzero(ours[5:]) < 35 and np.all(ours[:3] != 0)
 
 
-def test_bad_inputs_are_clear_errors():
-    model, tokens = _model(), _tokens()
+def test_bad_inputs_are_clear_errors(no_norm_model, random_task_tokens):
+    model, tokens = no_norm_model, random_task_tokens()
     with pytest.raises(ValueError, match="same shape"):
         patched_lasso(model, tokens.clean, tokens.counterfactual[:, :4])
     with pytest.raises(ValueError, match="patch_share"):
