@@ -246,14 +246,15 @@ class _Shares:
         """Add one batch: ``contrast: (S, B, P, d_model)`` (zero where not ``keep: (B, P)``)."""
         model, kept = self.model, keep[..., None].float()
         for layer in range(model.cfg.n_layers):
-            attn, up = model.blocks[layer].attn, self.upstream[(layer, "attn")]
+            attn = model.blocks[layer].attn
+            upstream = contrast[self.upstream[(layer, "attn")]]  # one copy for q, k and v
             scale = _scale(clean_cache, _scale_hook(model, f"blocks.{layer}.ln1"), contrast[0])
             for x in QKV:
                 hook = f"blocks.{layer}.attn.hook_{x}"
                 delta = (clean_cache[hook] - cf_cache[hook]) * kept[..., None]  # (B, P, H, e)
                 weight = getattr(attn, f"W_{x.upper()}").detach()  # (H, d_model, e)
                 read = torch.einsum("bphe,hde->bphd", delta, weight) / scale[..., None]
-                self._add((layer, x), torch.einsum("sbpd,bphd->sh", contrast[up], read),
+                self._add((layer, x), torch.einsum("sbpd,bphd->sh", upstream, read),
                           (delta.double() ** 2).sum((0, 1, 3)))  # fmt: skip
             hook, up = f"blocks.{layer}.mlp.hook_pre", self.upstream[(layer, "mlp")]
             scale = _scale(clean_cache, _scale_hook(model, f"blocks.{layer}.ln2"), contrast[0])
