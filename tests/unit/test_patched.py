@@ -40,6 +40,8 @@ def test_edges_into_the_output_score_the_exact_effect_of_patching_them(
 ):
     model, tokens = no_norm_model, random_task_tokens()
     found = _found(model, tokens, n_rows=64)
+    flags = ("use_attn_result", "use_split_qkv_input", "use_hook_mlp_in")
+    assert all(getattr(model.cfg, flag) for flag in flags)  # the caller's flags restored
     edges = mib_edges(model)
     full = _mean_logit_diff(model, tokens, edges)
     into_output = [edge for edge in edges if edge[1] == "output"]

@@ -191,12 +191,22 @@ def sender_reads(
 
 
 @contextmanager
+def hook_flags(model: HookedTransformer, **flags: bool) -> Iterator[HookedTransformer]:
+    """``model`` with the config ``flags`` given (``use_split_qkv_input=True``, ...) set through
+    their ``set_*`` methods for the block inside; the caller's values restored after."""
+    kept = {flag: bool(getattr(model.cfg, flag)) for flag in flags}
+    try:
+        for flag, value in flags.items():
+            getattr(model, f"set_{flag}")(value)
+        yield model
+    finally:
+        for flag, value in kept.items():
+            getattr(model, f"set_{flag}")(value)
+
+
+@contextmanager
 def heads_summed(model: HookedTransformer) -> Iterator[None]:
     """``model`` without ``use_attn_result`` for the passes inside (the flag restored after):
     edge patching and node collection read the heads at ``hook_z`` (:func:`sender_reads`)."""
-    kept = model.cfg.use_attn_result
-    model.set_use_attn_result(False)
-    try:
+    with hook_flags(model, use_attn_result=False):
         yield
-    finally:
-        model.set_use_attn_result(kept)

@@ -64,6 +64,7 @@ from circuitlasso.data.counterfactual_tasks import (
 from circuitlasso.data.graph import (
     DEFAULT_PASS_GIB,
     graph_nodes,
+    hook_flags,
     prompts_per_batch,
     require_hook_flags,
 )
@@ -141,22 +142,13 @@ PATCHING_FLAGS = ("use_split_qkv_input", "use_hook_mlp_in", "ungroup_grouped_que
 head's key and value inputs are edges of their own, as MIB asks."""
 
 
-def _set_flags(model: HookedTransformer, flags: dict[str, bool]) -> None:
-    for flag, value in flags.items():
-        getattr(model, f"set_{flag}")(value)
-
-
 @contextmanager
 def patching_flags(model: HookedTransformer) -> Iterator[HookedTransformer]:
     """``model`` with every flag of :data:`PATCHING_FLAGS` on inside the block; the caller's
     flags restored after."""
-    kept = {flag: bool(getattr(model.cfg, flag)) for flag in PATCHING_FLAGS}
-    _set_flags(model, dict.fromkeys(PATCHING_FLAGS, True))
-    try:
+    with hook_flags(model, **dict.fromkeys(PATCHING_FLAGS, True)):
         require_hook_flags(model)
         yield model
-    finally:
-        _set_flags(model, kept)
 
 
 def _eap_chunk_size(model: HookedTransformer, n_positions: int, memory_gib: float) -> int:

@@ -49,7 +49,7 @@ from circuitlasso.data.graph import (
     NodeLocation,
     can_feed,
     graph_nodes,
-    heads_summed,
+    hook_flags,
     prompts_per_batch,
     sender_reads,
 )
@@ -113,19 +113,13 @@ def patch_units(model: HookedTransformer) -> list[PatchUnit]:
 
 @contextmanager
 def _patching_hooks_only(model: HookedTransformer) -> Iterator[None]:
-    """``model`` with one q, k and v per query head (grouped heads ungrouped) and without the
-    split-input and MLP-input hooks, which slow every pass and are not patched here."""
-    flags = ("ungroup_grouped_query_attention", "use_split_qkv_input", "use_hook_mlp_in")
-    kept = {flag: bool(getattr(model.cfg, flag)) for flag in flags}
-    model.set_ungroup_grouped_query_attention(True)
-    model.set_use_split_qkv_input(False)
-    model.set_use_hook_mlp_in(False)
-    try:
-        with heads_summed(model):
-            yield
-    finally:
-        for flag, value in kept.items():
-            getattr(model, f"set_{flag}")(value)
+    """``model`` with one q, k and v per query head (grouped heads ungrouped), without the
+    split-input and MLP-input hooks, which slow every pass and are not patched here, and with
+    the heads read at ``hook_z``."""
+    flags = {"ungroup_grouped_query_attention": True, "use_split_qkv_input": False,
+             "use_hook_mlp_in": False, "use_attn_result": False}  # fmt: skip
+    with hook_flags(model, **flags):
+        yield
 
 
 def _scale_hook(model: HookedTransformer, name: str) -> str | None:
