@@ -167,10 +167,10 @@ def _patch_hooks(units: list[PatchUnit], mask: torch.Tensor, source: dict[str, t
         def hook(act, hook, cols=cols, heads=heads):
             chosen = mask[:, cols].to(act.device)
             if heads[0] is None:
-                return torch.where(chosen[:, :1, None], source[hook.name], act)
+                return torch.where(chosen[:, :1, None], source[hook.name][: len(act)], act)
             full = torch.zeros(act.shape[0], act.shape[2], dtype=torch.bool, device=act.device)
             full[:, heads] = chosen
-            return torch.where(full[:, None, :, None], source[hook.name], act)
+            return torch.where(full[:, None, :, None], source[hook.name][: len(act)], act)
 
         hooks.append((name, hook))
     return hooks
@@ -358,11 +358,20 @@ def patched_lasso(
                 cf_logits, cf_cache = _run(model, other, hooks)
                 references = (clean_logits, cf_logits, batch_weights)
                 baseline = batch_metric(clean_logits, *references).double()
-                for k in range(n_passes):
-                    fwd = _patch_hooks(units, patched[k, rows], cf_cache)
-                    logits = model.run_with_hooks(tokens, fwd_hooks=fwd)
-                    drops[k, rows] = (baseline - batch_metric(logits, *references).double()).cpu()
-                    bar.update(len(tokens))
+                # several passes of a small batch run as one pass over its copies
+                group = max(1, min(n_passes, batch // len(tokens)))
+                sources = {h: cf_cache[h].repeat(group, *[1] * (cf_cache[h].ndim - 1))
+                           for h in {u.hook for u in units}}  # fmt: skip
+                for first in range(0, n_passes, group):
+                    passes = range(first, min(first + group, n_passes))
+                    chosen = patched[first : passes.stop, rows].reshape(-1, len(units))
+                    fwd = _patch_hooks(units, chosen, sources)
+                    logits = model.run_with_hooks(tokens.repeat(len(passes), 1), fwd_hooks=fwd)
+                    for j, k in enumerate(passes):
+                        copy = logits[j * len(tokens) : (j + 1) * len(tokens)]
+                        drop = baseline - batch_metric(copy, *references).double()
+                        drops[k, rows] = drop.cpu()
+                    bar.update(len(passes) * len(tokens))
             with clock.timed("attribute", add=True):
                 contrast = sender_outputs(reads, clean_cache) - sender_outputs(reads, cf_cache)
                 keep = _read_positions(model, batch_weights)
