@@ -9,6 +9,7 @@ import pytest
 import torch
 from sklearn.linear_model import LassoCV
 from sklearn.model_selection import KFold
+from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuitlasso.data.counterfactual_tasks import logit_difference
 from circuitlasso.evaluation.mib import edge_patched_logits, mib_edges
@@ -16,6 +17,7 @@ from circuitlasso.evaluation.patched import (
     LAM_EPS,
     N_LAMS,
     _patch_hooks,
+    _read_logits,
     cross_validated_lasso,
     patch_units,
     patched_lasso,
@@ -118,3 +120,17 @@ def test_bad_inputs_are_clear_errors(no_norm_model, random_task_tokens):
         patched_lasso(model, tokens.clean, tokens.counterfactual, n_rows=3)
     with pytest.raises(ValueError, match="answers"):
         patched_lasso(model, tokens.clean, tokens.counterfactual, answers=tokens.answer[:, None])
+
+
+@pytest.mark.parametrize("norm", ["LN", "RMS", None])
+def test_logits_read_only_where_the_metric_reads_are_the_models_own(norm, random_task_tokens):
+    sizes = {"n_layers": 2, "d_model": 8, "n_ctx": 6, "d_head": 4, "n_heads": 2, "d_mlp": 16}
+    cfg = HookedTransformerConfig(**sizes, d_vocab=11, act_fn="relu", normalization_type=norm)
+    model, tokens = HookedTransformer(cfg), random_task_tokens(m=4)
+    read = tokens.last_mask.clone()
+    read[0, 2] = True
+    with torch.no_grad():
+        full = model(tokens.clean)
+        ours = _read_logits(model, tokens.clean, [], read)
+    torch.testing.assert_close(ours[read], full[read])
+    assert not ours[~read].any()

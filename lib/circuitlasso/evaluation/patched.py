@@ -144,6 +144,21 @@ def _cache_hooks(model: HookedTransformer, units: list[PatchUnit], reads: dict) 
     return sorted(hooks)
 
 
+def _read_logits(
+    model: HookedTransformer, tokens: torch.Tensor, hooks: list, read: torch.Tensor
+) -> torch.Tensor:
+    """``(B, P, V)`` logits of a pass with ``hooks``, unembedded only where ``read: (B, P)``
+    (zeros elsewhere): a metric weighted by position reads nothing else, and the unembedding of
+    a large vocabulary is a good share of a small model's pass."""
+    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
+    logits = resid.new_zeros(*tokens.shape, model.cfg.d_vocab_out)
+    final = resid[read][:, None]  # (K, 1, d_model)
+    if model.cfg.normalization_type is not None:
+        final = model.ln_final(final)
+    logits[read] = model.unembed(final)[:, 0]
+    return logits
+
+
 def _run(model: HookedTransformer, tokens: torch.Tensor, hooks: list[str]):
     cache: dict[str, torch.Tensor] = {}
 
@@ -358,6 +373,7 @@ def patched_lasso(
                 cf_logits, cf_cache = _run(model, other, hooks)
                 references = (clean_logits, cf_logits, batch_weights)
                 baseline = batch_metric(clean_logits, *references).double()
+                read = batch_weights != 0  # (B, P): where the metric reads the logits
                 # several passes of a small batch run as one pass over its copies
                 group = max(1, min(n_passes, batch // len(tokens)))
                 sources = {h: cf_cache[h].repeat(group, *[1] * (cf_cache[h].ndim - 1))
@@ -366,7 +382,8 @@ def patched_lasso(
                     passes = range(first, min(first + group, n_passes))
                     chosen = patched[first : passes.stop, rows].reshape(-1, len(units))
                     fwd = _patch_hooks(units, chosen, sources)
-                    logits = model.run_with_hooks(tokens.repeat(len(passes), 1), fwd_hooks=fwd)
+                    logits = _read_logits(model, tokens.repeat(len(passes), 1), fwd,
+                                          read.repeat(len(passes), 1))  # fmt: skip
                     for j, k in enumerate(passes):
                         copy = logits[j * len(tokens) : (j + 1) * len(tokens)]
                         drop = baseline - batch_metric(copy, *references).double()
