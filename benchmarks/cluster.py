@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import pandas as pd
 import ray
@@ -29,6 +28,7 @@ import ray
 from circuitlasso.evaluation import cluster
 from circuitlasso.evaluation.solver_check import sae_like_problem
 from circuitlasso.executor import RayExecutor, SerialExecutor
+from circuitlasso.timing import Stopwatch
 
 
 def main() -> None:
@@ -42,9 +42,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    start = time.perf_counter()
+    clock = Stopwatch()
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-    startup = time.perf_counter() - start
+    startup = clock.lap("ray startup")
     executors = {"serial": SerialExecutor(), f"ray ({args.cpus} workers)": RayExecutor()}
     overhead = {name: cluster.task_overhead(e, 500) for name, e in executors.items()}
 

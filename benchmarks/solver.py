@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -67,7 +66,7 @@ from circuitlasso.solve import (
     logistic_lasso,
     upper_triangular_parents,
 )
-from circuitlasso.timing import PeakMemory
+from circuitlasso.timing import PeakMemory, Stopwatch
 
 
 def make_neurons_problem(
@@ -163,9 +162,9 @@ def time_peer(
         y = Y[:, j] if isinstance(Y, np.ndarray) else Y[:, [j]].toarray().ravel()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            start = time.perf_counter()
+            clock = Stopwatch()
             model = make(lams[j]).fit(X, y)
-            seconds += time.perf_counter() - start
+            seconds += clock.lap("run")
         coefs.append(np.asarray(model.coef_, dtype=np.float64))
     gaps = [relative_gap(X, _col(Y, j), c, lams[j]) for j, c in zip(columns, coefs, strict=True)]
     return seconds / len(columns), np.stack(coefs, 1), np.array(gaps)
@@ -240,9 +239,9 @@ def run_sae_like(
     X_unit = (X @ sp.diags(np.where(norms > 0, 1 / np.maximum(norms, 1e-30), 0.0))).astype(
         np.float64
     )
-    start = time.perf_counter()
+    clock = Stopwatch()
     _ = X_unit.T @ Y.astype(np.float64)
-    floor = time.perf_counter() - start
+    floor = clock.lap("run")
 
     lams = 0.05 * lam_max(X, Y, dtype=torch.float32).numpy()
     on_gpu = torch.device(args.device).type == "cuda"
@@ -250,12 +249,12 @@ def run_sae_like(
         torch.cuda.reset_peak_memory_stats()
     with PeakMemory() as memory:
         base = memory.reset()
-        start = time.perf_counter()
+        clock = Stopwatch()
         ours = lasso(
             X, Y, lams, tol=args.tol, memory_gib=args.memory_gib, device=args.device, progress=True
         )
         ours = replace(ours, coef=ours.coef.cpu(), converged=ours.converged.cpu())
-        seconds = time.perf_counter() - start
+        seconds = clock.lap("run")
         added = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else memory.peak_gib() - base
     coef = ours.coef.coalesce()
     idx, val = coef.indices().numpy(), coef.values().double().numpy()
@@ -350,11 +349,11 @@ def run_neurons(args: argparse.Namespace) -> dict[str, float]:
     for j in range(1, n_blocks):
         cols = slice(j * width, (j + 1) * width)
         lams[cols] = 0.05 * lam_max(X[:, : j * width], X[:, cols]).numpy()
-    start = time.perf_counter()
+    clock = Stopwatch()
     ours = block_lasso(X, [width] * n_blocks, parents, lams, tol=args.tol, dtype=torch.float32,
                        device=args.device)  # fmt: skip
     A = ours.to_dense().double().cpu().numpy()
-    seconds = time.perf_counter() - start
+    seconds = clock.lap("run")
     n_out = X.shape[1] - width
     rng = np.random.default_rng(args.seed)
     targets = np.sort(
@@ -367,11 +366,11 @@ def run_neurons(args: argparse.Namespace) -> dict[str, float]:
         n_pred = (t // width) * width
         pred = X[:, :n_pred]
         unit = pred / np.linalg.norm(pred, axis=0)
-        start = time.perf_counter()
+        clock = Stopwatch()
         model = Lasso(alpha=lams[t], fit_intercept=False, tol=args.tol, max_iter=100_000).fit(
             unit, X[:, t]
         )
-        sk_seconds += time.perf_counter() - start
+        sk_seconds += clock.lap("run")
         ref = lasso_objective(unit, X[:, t], model.coef_, lams[t])
         mine = lasso_objective(unit, X[:, t], A[:n_pred, t] * np.linalg.norm(pred, axis=0), lams[t])
         diffs.append(abs(mine - ref) / ref)
@@ -482,9 +481,9 @@ def run_logistic(args: argparse.Namespace) -> dict[str, float]:
     tol = args.logistic_tol
     rows, figures = [], {}
     for lam in args.logistic_lams:
-        start = time.perf_counter()
+        clock = Stopwatch()
         ours = logistic_lasso(X, y, lam, tol=tol, dtype=torch.float64)
-        ours_seconds = time.perf_counter() - start
+        ours_seconds = clock.lap("run")
         coef = ours.coef.double().numpy() * norms  # coefficients of the unit-norm problem
         null = -(y.mean() * np.log(y.mean()) + (1 - y.mean()) * np.log(1 - y.mean()))
         found = [
@@ -508,9 +507,9 @@ def run_logistic(args: argparse.Namespace) -> dict[str, float]:
             )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                start = time.perf_counter()
+                clock = Stopwatch()
                 model.fit(X_unit, y)
-                seconds = time.perf_counter() - start
+                seconds = clock.lap("run")
             intercept = float(np.atleast_1d(model.intercept_)[0])
             found.append(
                 {
