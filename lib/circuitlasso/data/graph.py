@@ -116,12 +116,14 @@ def pass_bytes_per_prompt(
     """Bytes one prompt of ``n_positions`` tokens takes in a forward pass through the graph's hooks,
     or in a forward and backward pass (``gradients``).
 
-    With ``use_attn_result`` TransformerLens forms each head's result in the residual stream as a
-    (positions, n_heads, d_head, d_model) product before summing it; a backward pass forms its
-    gradient as well. On top come the logits and what the pass keeps: the nodes' outputs, or with
-    gradients what autograd saves (about 24 n_heads + 16 residual-width vectors per position and
-    layer with split qkv inputs). On GPT-2-family models this overstates the measured peak by
-    1.2x to 1.6x.
+    The estimate counts the (positions, n_heads, d_head, d_model) product TransformerLens forms
+    for each head's result with ``use_attn_result`` (and, in a backward pass, its gradient). The
+    passes of this package read the heads at ``hook_z`` and run without that flag, so the term is
+    headroom for a caller's model that sets it. On top come the logits and what the pass keeps:
+    the nodes' outputs, or with gradients what autograd saves (about 24 n_heads + 16
+    residual-width vectors per position and layer with split qkv inputs). On a 2-layer
+    GPT-2-family model (d_model 256, 64 positions) it overstates the measured peak growth of a
+    batch about 4x forward and 2.5x forward and backward (``tests/unit/test_graph_memory.py``).
     """
     cfg = model.cfg
     item = torch.finfo(cfg.dtype).bits // 8
