@@ -344,3 +344,27 @@ def batches_by_length(
 def stop_for_saes(saes: SAEMap) -> int | None:
     """The ``stop_at_layer`` that runs the model just far enough for every SAE's hook."""
     return stop_at_layer([str(sae.cfg.metadata.hook_name) for sae in saes.values()])
+
+
+def residual_gradient(
+    model: HookedTransformer,
+    logits: torch.Tensor,
+    value: Callable[[torch.Tensor], torch.Tensor],
+    scale: torch.Tensor | None,
+) -> torch.Tensor:
+    """``(B, P, d_model)`` float64 gradient of the scalar ``value(logits)`` with respect to the
+    final residual stream, read back from the ``logits: (B, P, V)`` through ``W_U`` and the
+    final LayerNorm with its ``scale: (B, P, 1)`` held fixed (None: a model without one), its
+    weight where not folded into ``W_U``, and its centring: the metric's gradient alone, with no
+    backward pass through the model. A direction ``d`` added to the final residual stream at a
+    position moves ``value`` by about ``d @ gradient[b, p]``."""
+    leaf = logits.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        (gradient,) = torch.autograd.grad(value(leaf), leaf)
+    direction = gradient.double() @ model.W_U.detach().double().T
+    weight = getattr(getattr(model, "ln_final", None), "w", None)  # None: folded into W_U
+    if isinstance(weight, torch.Tensor):
+        direction = direction * weight.detach().double()
+    if model.cfg.normalization_type in ("LN", "LNPre"):
+        direction = direction - direction.mean(-1, keepdim=True)
+    return direction if scale is None else direction / scale.double()

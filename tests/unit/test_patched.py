@@ -22,6 +22,7 @@ from circuitlasso.evaluation.patched import (
     patch_units,
     patched_lasso,
 )
+from circuitlasso.forward import residual_gradient
 
 torch.set_num_threads(1)
 
@@ -134,3 +135,30 @@ def test_logits_read_only_where_the_metric_reads_are_the_models_own(norm, random
         ours = _read_logits(model, tokens.clean, [], read)
     torch.testing.assert_close(ours[read], full[read])
     assert not ours[~read].any()
+
+
+@pytest.mark.parametrize("norm", ["LN", "RMS", "LNPre", "RMSPre", None])
+def test_residual_gradient_is_autograd_through_the_final_norm_with_its_scale_fixed(norm):
+    """The gradient the output edges read back equals autograd of the metric through ``ln_final``
+    (weight, centring) and ``W_U`` with the scale detached, for every kind of final norm."""
+    cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=6, d_head=4, n_heads=2,
+                                  d_mlp=16, d_vocab=11, act_fn="relu", normalization_type=norm,
+                                  seed=0)  # fmt: skip
+    model = HookedTransformer(cfg)
+    torch.manual_seed(1)
+    for name, parameter in model.named_parameters():  # no weight at its initial ones or zeros
+        if name.startswith("ln_final"):
+            parameter.data = 1 + 0.5 * torch.randn_like(parameter)
+    tokens = torch.randint(0, 11, (3, 6))
+    residual = model.run_with_cache(tokens)[1]["blocks.0.hook_resid_post"].clone()
+    leaf = residual.requires_grad_(True)
+    hooks = [("blocks.0.hook_resid_post", lambda x, hook: leaf)]
+    if norm is not None:
+        hooks.append(("ln_final.hook_scale", lambda x, hook: x.detach()))
+    logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+    target = torch.randn(3, 6, 11)
+    (expected,) = torch.autograd.grad((logits * target).sum(), leaf)
+    with torch.no_grad():
+        scale = None if norm is None else model.run_with_cache(tokens)[1]["ln_final.hook_scale"]
+    found = residual_gradient(model, logits, lambda x: (x * target).sum(), scale)
+    torch.testing.assert_close(found, expected.double(), rtol=1e-4, atol=1e-5)

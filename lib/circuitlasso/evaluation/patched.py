@@ -60,6 +60,7 @@ from circuitlasso.evaluation.eap import (
     logit_projection_metric,
     sender_outputs,
 )
+from circuitlasso.forward import residual_gradient
 from circuitlasso.solve import lam_max, lasso_path
 from circuitlasso.solve.options import LamMaxOptions, LassoOptions
 from circuitlasso.timing import Stopwatch
@@ -217,16 +218,15 @@ def _direct_effects(
     references: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
 ) -> torch.Tensor:
     """``(S,)`` each sender's ``contrast: (S, B, P, d_model)`` times the metric's gradient with
-    respect to the logits read back through ``W_U`` and the final LayerNorm scale, summed over
-    the batch: the metric's gradient alone, no pass through the model."""
+    respect to the final residual stream (:func:`~circuitlasso.forward.residual_gradient`),
+    summed over the batch: the metric's gradient alone, no pass through the model."""
     clean_logits = references[0]
-    logits = clean_logits.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        (gradient,) = torch.autograd.grad(metric(logits, *references).sum(), logits)
-    read = gradient.abs().sum(-1) != 0  # (B, P): the positions the metric reads
-    scale = _scale(cache, _scale_hook(model, "ln_final"), clean_logits)[read]
-    direction = (gradient[read] @ model.W_U.detach().T) / scale  # (K, d_model)
-    return torch.einsum("skd,kd->s", contrast[:, read].double(), direction.double()).cpu()
+    scale = _scale(cache, _scale_hook(model, "ln_final"), clean_logits)
+    direction = residual_gradient(
+        model, clean_logits, lambda logits: metric(logits, *references).sum(), scale
+    )
+    read = direction.abs().sum(-1) != 0  # (B, P): the positions the metric reads
+    return torch.einsum("skd,kd->s", contrast[:, read].double(), direction[read]).cpu()
 
 
 class _Shares:
