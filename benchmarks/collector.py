@@ -23,7 +23,6 @@ import json
 import re
 import resource
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from sae_lens.saes.sae import SAEMetadata
 
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.data.models import gpt2_tokenizer, tiny_gpt2
+from circuitlasso.timing import Stopwatch
 
 GIB = 2**30
 DEFAULT_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpt2-tokenizer"
@@ -130,17 +130,17 @@ def main() -> None:
     memory = PeakMemory()
     with tempfile.TemporaryDirectory() as cache_dir:
         memory.start()
-        start = time.perf_counter()
+        clock = Stopwatch()
         z = collect_sae_features(
             model, saes, prompts, batch_size=args.batch_size, cache_dir=cache_dir
         )
-        cold_s = time.perf_counter() - start
+        cold_s = clock.lap("run")
         peak_total, peak = memory.peak_total(), memory.peak_above_baseline()
-        start = time.perf_counter()
+        clock = Stopwatch()
         collect_sae_features(
             model, saes, prompts, batch_size=args.batch_size, cache_dir=cache_dir, progress=False
         )
-        warm_s = time.perf_counter() - start
+        warm_s = clock.lap("run")
 
     sparse_bytes = sum(x.data.nbytes + x.indices.nbytes + x.indptr.nbytes for x in z.values())
     nnz_per_row = np.mean([x.nnz / m for x in z.values()])

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 from datetime import datetime, timezone
 from functools import partial
@@ -51,6 +50,7 @@ from circuitlasso.evaluation.cost.scaling import (
     vary_one_at_a_time,
 )
 from circuitlasso.evaluation.cost.store import machine_description, stored_row
+from circuitlasso.timing import Stopwatch
 
 QUICK = [(2, 128, 16), (2, 128, 64), (2, 128, 256), (4, 128, 64)]
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     grids = (args.layers, args.d_model, args.n_tokens)
     configs = QUICK if args.quick else vary_one_at_a_time(args.base, grids)
     pairs = [8] if args.quick else args.n_prompts
-    start = time.perf_counter()
+    clock = Stopwatch()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     store = None if args.fresh else args.store
     table = crossover_grid(
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     with pd.option_context("display.width", 250, "display.max_rows", None):
         print(
             f"prompt pairs {pairs}, best of {args.repeats}, {args.threads} thread(s), seed "
-            f"{args.seed}; {len(table)} runs in {time.perf_counter() - start:.0f} s on "
+            f"{args.seed}; {len(table)} runs in {clock.lap('run'):.0f} s on "
             f"{machine_description()}"
         )
         if store is not None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 
 import numpy as np
@@ -46,6 +45,7 @@ from circuitlasso.evaluation.localization import (
 )
 from circuitlasso.evaluation.mib import MIB_FRACTIONS
 from circuitlasso.evaluation.patched import PATCHED_ROWS
+from circuitlasso.timing import Stopwatch
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         memory_gib=args.memory_gib,
         patched_rows=args.patched_rows,
     )
-    start = time.perf_counter()
+    clock = Stopwatch()
     run = compare_methods(model, args.tasks, settings, store=None if args.fresh else args.store)
     test_diffs = {task: s["test"].mean_logit_diff for task, s in run.model_scores.items()}
     with pd.option_context("display.width", 250, "display.max_rows", None):
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
             f"{name}: {run.n_edges} edges (MIB), "
             f"{args.n_train} train / {args.n_test} test items, device {model.cfg.device}, "
             f"CircuitLasso over the {args.lasso_positions} token(s), "
-            f"{time.perf_counter() - start:.0f} s"
+            f"{clock.lap('run'):.0f} s"
         )
         if not args.fresh and "measured_at" in run.table:
             print(f"rows kept in {args.store} (--fresh measures every row)")

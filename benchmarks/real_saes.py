@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import replace
 
 import pandas as pd
@@ -28,6 +27,7 @@ from circuitlasso.data.minilm import LAYER_HOOK, load_minilm
 from circuitlasso.data.minilm_cola import load_finetuned
 from circuitlasso.data.minilm_saes import token_activations
 from circuitlasso.data.sae_training import SAEConfig, sae_quality, train_layer_sae
+from circuitlasso.timing import Stopwatch
 
 DEFAULT_GRID = [
     "1536:32:300000:2:1e-3",
@@ -69,9 +69,9 @@ def main() -> None:
     for spec in args.grid:
         cfg = parse(spec)
         for layer in args.layers:
-            start = time.perf_counter()
+            clock = Stopwatch()
             sae = train_layer_sae(train[layer], layer, cfg, LAYER_HOOK.format(layer=layer))
-            seconds = time.perf_counter() - start
+            seconds = clock.lap("run")
             quality = sae_quality(sae, dev[layer])
             rows.append({"setting": spec, "layer": layer, **quality, "seconds": seconds})
             print(json.dumps(rows[-1]), flush=True)

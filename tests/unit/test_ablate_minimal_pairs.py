@@ -30,7 +30,12 @@ from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
 from circuitlasso.evaluation.ablate import feature_means, metric_with_ablation, node_ablation_sweep
 from circuitlasso.evaluation.acceptability import minimal_pair_table
-from circuitlasso.evaluation.attribution import attribution_scores
+from circuitlasso.evaluation.attribution import (
+    DEVIATION,
+    DIRECT,
+    attribution_scores,
+    forward_scores,
+)
 from circuitlasso.evaluation.metrics import MinimalPairMargin, Readout
 
 torch.set_num_threads(1)
@@ -198,6 +203,70 @@ def test_the_faithfulness_helpers_take_either_metric(toy, evaluation, means, las
     np.testing.assert_array_equal(readout.coef, np.ones(2048))
     assert (readout.name, metric.name) == ("readout", "minimal_pairs")
     assert (readout.layer, metric.layer) == (LAST, None)
+
+
+def features_by_hand(model, saes, sentence: str) -> tuple[dict[int, torch.Tensor], list[int]]:
+    """``{layer: (P, D)}`` each SAE's features of ``BOS + sentence`` from the plain model's cached
+    activations, and its token ids."""
+    tokenizer = model.tokenizer
+    ids = [tokenizer.bos_token_id, *model.to_tokens(sentence, prepend_bos=False)[0].tolist()]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.tensor([ids]))
+        return {layer: sae.encode(cache[hook_name(sae)])[0] for layer, sae in saes.items()}, ids
+
+
+def direct_effect_by_hand(model, sae, sentence: str, weight: float, mean) -> torch.Tensor:
+    """``(D,)`` the exact first-order effect on ``weight * log p(sentence)`` of moving each
+    feature of ``sae`` (spliced at the last block's output) from its ``mean`` to its value, by
+    autograd through the spliced model with the final LayerNorm's scale held fixed: there, the
+    residual stream is the only path to the logits."""
+    z_all, ids = features_by_hand(model, {LAST: sae}, sentence)
+    z = z_all[LAST].detach().clone().requires_grad_(True)
+
+    def splice(x, hook):
+        return sae.decode(z[None]) + (x - sae.decode(z[None]).detach())
+
+    hooks = [(hook_name(sae), splice), ("ln_final.hook_scale", lambda x, hook: x.detach())]
+    logits = model.run_with_hooks(torch.tensor([ids]), fwd_hooks=hooks)[0].double()
+    log_p = logits.log_softmax(-1)
+    value = weight * sum(log_p[t - 1, ids[t]] for t in range(1, len(ids)))
+    (gradient,) = torch.autograd.grad(value, z)
+    return ((z - mean) * gradient)[1:].sum(0).detach().double()  # every token but the BOS
+
+
+def test_forward_scores_are_the_deviation_and_the_exact_direct_effect_at_the_last_block(
+    toy, evaluation, means, lasso
+) -> None:
+    model, saes = toy
+    metric, evaluated = evaluation
+    prompts, labels = evaluated.prompts, evaluated.labels
+    found = forward_scores(model, saes, metric, prompts, labels, means, batch_size=5)
+    weights = metric.weights(labels, len(prompts))
+    deviation = {
+        layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()
+    }
+    direct = torch.zeros(saes[LAST].cfg.d_sae, dtype=torch.float64)
+    for sentence, weight in zip(prompts, weights, strict=True):
+        z, _ = features_by_hand(model, saes, sentence)
+        for layer in saes:
+            deviation[layer] += (z[layer][1:] - means[layer]).abs().sum(0).double()
+        direct += direct_effect_by_hand(model, saes[LAST], sentence, float(weight), means[LAST])
+    for layer in saes:
+        # float32 features, batched and padded, against one sentence at a time
+        np.testing.assert_allclose(found.deviation[layer], deviation[layer], rtol=1e-4, atol=1e-4)
+    assert found.direct is not None
+    assert np.abs(direct.numpy()).max() > 1  # the last block carries the margin (measured 6.6)
+    np.testing.assert_allclose(found.direct[LAST], direct.numpy(), rtol=1e-3, atol=1e-3)
+    assert list(found.rankings()) == [DIRECT, DEVIATION]
+    assert found.rankings()[DIRECT][0] == (LAST, int(np.abs(direct.numpy()).argmax()))
+    # a metric of features has no logits to read back from: the deviation control alone
+    readout, _ = fa.evaluation_metric("readout", lasso, evaluated)
+    on_features = forward_scores(model, saes, readout, prompts, labels, means)
+    assert on_features.direct is None and list(on_features.rankings()) == [DEVIATION]
+    for layer in saes:
+        np.testing.assert_allclose(on_features.deviation[layer], found.deviation[layer], rtol=1e-5)
+    with pytest.raises(ValueError, match="as many good sentences as bad ones"):
+        forward_scores(model, saes, metric, prompts, [1] * 9 + [0] * 7, means)
 
 
 def evaluation_pairs(sentences: fa.Sentences) -> list[MinimalPair]:

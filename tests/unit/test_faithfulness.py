@@ -29,7 +29,12 @@ from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.data.toyworld.datasets import load_toy_cola
 from circuitlasso.evaluation import faithfulness as fa
 from circuitlasso.evaluation.ablate import feature_means, node_ablation_sweep, rank_features
-from circuitlasso.evaluation.attribution import attribution_scores
+from circuitlasso.evaluation.attribution import (
+    DEVIATION,
+    DIRECT,
+    ForwardScores,
+    attribution_scores,
+)
 from circuitlasso.evaluation.metrics import MinimalPairMargin, Readout
 from circuitlasso.evaluation.surrogate import Surrogate, edge_ablation_sweep
 
@@ -335,6 +340,12 @@ def test_runtime_table_and_method_seconds(monkeypatch: pytest.MonkeyPatch) -> No
     assert fa.runtime_table(clock, baseline, anchored)["seconds"].to_dict() == {
         "CircuitLasso: collect": 1.0, "CircuitLasso: fit": 2.0, "CircuitLasso": 3.0,
         fa.ANCHORED: 5.5, "IG attribution": 12.3,
+    }  # fmt: skip
+    # the rankings of one forward pass: the ablation means and that pass, each
+    forward = ForwardScores({0: np.ones(2)}, {0: np.ones(2)}, 0.25)
+    assert fa.method_seconds(clock, baseline, anchored, forward) == {
+        "CircuitLasso": 3.0, fa.ANCHORED: 5.5, DIRECT: 2.25, DEVIATION: 2.25,
+        "IG attribution": 12.34,
     }  # fmt: skip
 
 

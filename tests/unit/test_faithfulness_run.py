@@ -23,6 +23,7 @@ from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
 from circuitlasso.evaluation.ablate import rank_features
 from circuitlasso.evaluation.acceptability import sentence_log_probs
+from circuitlasso.evaluation.attribution import DEVIATION, forward_scores
 from circuitlasso.evaluation.faithfulness_run import FaithfulnessRun
 from circuitlasso.study import FeatureStudy
 
@@ -65,12 +66,14 @@ def steps(study: FeatureStudy) -> dict:
                              cache=False, progress=False)  # fmt: skip
     weights = measure.weights(evaluated.labels, len(evaluated.prompts))
     anchored = fa.Anchored(fa.anchored_scores(traced.surrogate, Z, baseline.means, weights), 0.0)
-    rankings = fa.node_rankings(traced, baseline, study.saes, 1, anchored)
+    forward = forward_scores(study.model, study.saes, measure, evaluated.prompts,
+                             evaluated.labels, baseline.means, batch_size=8)  # fmt: skip
+    rankings = fa.node_rankings(traced, baseline, study.saes, 1, anchored, forward)
     node = fa.node_sweep(study.model, study.saes, measure, evaluated, rankings, baseline.means,
                          sizes=NODE_SIZES, batch_size=8)  # fmt: skip
     edge = fa.edge_sweep(traced.surrogate, fa.edge_rankings(traced.surrogate, 1), EDGE_SIZES)
     return {"traced": traced, "measure": measure, "baseline": baseline, "anchored": anchored,
-            "node": node, "edge": edge}  # fmt: skip
+            "forward": forward, "node": node, "edge": edge}  # fmt: skip
 
 
 def test_load_is_the_study_and_its_evaluation_sentences(study: FeatureStudy) -> None:
@@ -112,9 +115,13 @@ def test_attribution_is_the_named_metric_and_its_baseline(
     for layer, scores in steps["baseline"].scores.items():
         np.testing.assert_allclose(run.baseline.scores[layer], scores, rtol=1e-6, atol=1e-9)
         torch.testing.assert_close(run.baseline.means[layer], steps["baseline"].means[layer])
+    # the readout reads features: the forward pass gives the deviation control alone
+    assert run.forward is not None and run.forward.direct is None
+    for layer, deviation in steps["forward"].deviation.items():
+        np.testing.assert_allclose(run.forward.deviation[layer], deviation, rtol=1e-9)
     table = run.runtime_table()
     assert list(table.index) == [f"CircuitLasso: {s}" for s in run.clock.laps] + [
-        "CircuitLasso", fa.ANCHORED, "IG attribution",
+        "CircuitLasso", fa.ANCHORED, DEVIATION, "IG attribution",
     ]  # fmt: skip
 
 
@@ -157,7 +164,9 @@ def test_sweeps_are_the_steps_tables(run: FaithfulnessRun, steps: dict) -> None:
     assert run.node is not None and run.edge is not None
     pd.testing.assert_frame_equal(run.node, steps["node"], rtol=1e-6)
     pd.testing.assert_frame_equal(run.edge, steps["edge"], rtol=1e-6)
-    assert set(run.node["method"]) == {"CircuitLasso", fa.ANCHORED, "IG attribution", "random"}
+    assert set(run.node["method"]) == {
+        "CircuitLasso", fa.ANCHORED, DEVIATION, "IG attribution", "random",
+    }  # fmt: skip
 
 
 def test_summary_and_curves_are_the_steps(
@@ -165,7 +174,7 @@ def test_summary_and_curves_are_the_steps(
 ) -> None:
     expected = fa.summary(steps["traced"], steps["node"], steps["edge"], run.clock,
                           steps["baseline"], 0.8, metric=steps["measure"],
-                          anchored=steps["anchored"])  # fmt: skip
+                          anchored=steps["anchored"], forward=steps["forward"])  # fmt: skip
     found = run.summary(0.8)
     assert found.pop("seconds")["CircuitLasso"] == round(run.clock.total, 2)
     expected.pop("seconds")

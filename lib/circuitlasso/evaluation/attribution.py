@@ -36,17 +36,23 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.data.models import check_sae_fits
+from circuitlasso.evaluation.ablate import Node, rank_features
 from circuitlasso.evaluation.metrics import Metric, as_metric, check_saes
 from circuitlasso.forward import (
     Hook,
     SAEMap,
     batches_by_length,
+    residual_gradient,
     run_with_hooks,
+    splice_hooks,
     stop_at_layer,
+    stop_for_saes,
     to_dense,
 )
 from circuitlasso.timing import Stopwatch
 
+DIRECT = "direct effect"  # ForwardScores' ranking by each feature's direct effect on the metric
+DEVIATION = "deviation (control)"  # ForwardScores' ranking by distance from the ablation mean
 LOGITS = "logits"
 """A name ``reads`` may hold beside hook names: the model's output logits ``(B, P, V)``, the whole
 model run to its end."""
@@ -220,3 +226,108 @@ def attribution_scores(
     scores = integrated_gradients(model, saes, prompts, value, reads=reads, baselines=means,
                                   signs=weights, steps=steps, batch_size=batch_size)  # fmt: skip
     return Attribution(scores, clock.lap("attribution"))
+
+
+@dataclass(frozen=True)
+class ForwardScores:
+    """Two rankings read from one forward pass over the evaluation sentences, with no fit and no
+    backward pass through the model, and the ``seconds`` the pass took. ``{layer: (D,)}`` each:
+
+    - ``deviation``: each feature's summed ``|z - mean|`` over the real tokens, blind to the
+      metric (a control: how far mean ablation moves each feature at all);
+    - ``direct`` (None where the metric reads features, not logits): each feature's first-order
+      effect on the metric through the residual stream alone, ``sum over sentences and tokens of
+      weight * (z - mean) * (W_dec[f] @ g)``, with ``g`` the metric's gradient with respect to
+      the final residual stream (:func:`~circuitlasso.forward.residual_gradient`)."""
+
+    deviation: dict[int, np.ndarray]
+    direct: dict[int, np.ndarray] | None
+    seconds: float
+
+    def rankings(self) -> dict[str, list[Node]]:
+        """:data:`DIRECT` by ``|score|`` (where computed), then :data:`DEVIATION`."""
+        ranked = {} if self.direct is None else {DIRECT: rank_features(self.direct)}
+        return {**ranked, DEVIATION: rank_features(self.deviation)}
+
+
+def _batch_forward_scores(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    metric: Metric,
+    means: Mapping[int, torch.Tensor],
+    batch: tuple[torch.Tensor, torch.Tensor],
+    weight: torch.Tensor,
+) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor] | None]:
+    """One batch's ``(deviation, direct)`` sums ``{layer: (D,)}`` (:class:`ForwardScores`)."""
+    tokens, real = batch
+    reads_logits = metric.layer is None
+    record: dict[int, torch.Tensor] = {}
+    scale: list[torch.Tensor] = []  # the final LayerNorm's, where the model has one
+
+    def keep_scale(x: torch.Tensor, hook: Any) -> torch.Tensor:
+        scale.append(x)
+        return x
+
+    hooks = splice_hooks(saes, real, record=record)
+    if reads_logits and model.cfg.normalization_type is not None:
+        hooks.append(("ln_final.hook_scale", keep_scale))
+    with torch.inference_mode():
+        stop = None if reads_logits else stop_for_saes(saes)
+        logits = run_with_hooks(model, tokens, hooks, stop_at_layer=stop)
+    gradient = None
+    if reads_logits:
+        assert logits is not None  # run to the logits
+        weight = weight.to(logits.device)
+        gradient = residual_gradient(
+            model,
+            logits,
+            lambda x: (metric(x, tokens, real) * weight).sum(),
+            scale[0] if scale else None,
+        )
+    deviation, direct = {}, {}
+    for layer, sae in saes.items():
+        z = record[layer].double()
+        moved = (z - means[layer].double().to(z.device)) * real.to(z.device)[:, :, None]
+        deviation[layer] = moved.abs().sum((0, 1)).cpu()
+        if gradient is not None:
+            read = gradient @ sae.W_dec.detach().double().T  # (B, P, D)
+            direct[layer] = (moved * read).sum((0, 1)).cpu()
+    return deviation, direct if reads_logits else None
+
+
+def forward_scores(
+    model: HookedTransformer,
+    saes: Mapping[int, SAE],
+    metric: Metric | LabelFit,
+    prompts: Sequence[str],
+    labels: Sequence[int] | None,
+    means: Mapping[int, torch.Tensor],
+    *,
+    batch_size: int = 64,
+) -> ForwardScores:
+    """:class:`ForwardScores` of ``prompts`` against the ablation ``means`` ``{layer: (D,)}``,
+    each prompt weighted as ``metric`` weights its label in ``labels: (n,)``; timed."""
+    metric = as_metric(metric)
+    saes = check_saes(model, saes, metric)
+    clock = Stopwatch()
+    batches, order = batches_by_length(model, prompts, batch_size)
+    weights = torch.as_tensor(metric.weights(labels, len(order))[order])
+    deviation = {
+        layer: torch.zeros(sae.cfg.d_sae, dtype=torch.float64) for layer, sae in saes.items()
+    }
+    direct = {layer: torch.zeros_like(d) for layer, d in deviation.items()}
+    start = 0
+    for batch in batches:
+        weight = weights[start : start + len(batch[0])]
+        start += len(batch[0])
+        moved, read = _batch_forward_scores(model, saes, metric, means, batch, weight)
+        for layer in saes:
+            deviation[layer] += moved[layer]
+            if read is not None:
+                direct[layer] += read[layer]
+    clock.lap("forward pass")
+    return ForwardScores(
+        {layer: d.numpy() for layer, d in deviation.items()},
+        {layer: d.numpy() for layer, d in direct.items()} if metric.layer is None else None,
+        clock.total,
+    )

@@ -62,7 +62,7 @@ from circuitlasso.evaluation.ablate import (
     rank_features,
 )
 from circuitlasso.evaluation.acceptability import sentence_log_probs
-from circuitlasso.evaluation.attribution import attribution_scores
+from circuitlasso.evaluation.attribution import ForwardScores, attribution_scores
 from circuitlasso.evaluation.metrics import (
     Metric,
     MinimalPairMargin,
@@ -344,14 +344,18 @@ def node_rankings(
     saes: Mapping[int, SAE],
     seed: int,
     anchored: Anchored | None = None,
+    forward: ForwardScores | None = None,
 ) -> dict[str, list[Node]]:
     """The node rankings compared: ``CircuitLasso`` (the surrogate's), with ``anchored`` given
-    :data:`ANCHORED` (:meth:`Anchored.ranking`), ``IG attribution``
-    (nonzero scores by ``|score|``) and ``random`` (every feature of ``saes``, seeded)."""
+    :data:`ANCHORED` (:meth:`Anchored.ranking`), with ``forward`` given its rankings
+    (:meth:`ForwardScores.rankings`), ``IG attribution`` (nonzero scores by ``|score|``) and
+    ``random`` (every feature of ``saes``, seeded)."""
     everything = [(layer, f) for layer, sae in saes.items() for f in range(sae.cfg.d_sae)]
     rankings = {"CircuitLasso": traced.ranking}
     if anchored is not None:
         rankings[ANCHORED] = anchored.ranking()
+    if forward is not None:
+        rankings.update(forward.rankings())
     return {
         **rankings,
         "IG attribution": rank_features(baseline.scores),
@@ -452,25 +456,33 @@ def curve_table(sweep: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
 
 
 def method_seconds(
-    clock: Stopwatch, baseline: Baseline, anchored: Anchored | None = None
+    clock: Stopwatch,
+    baseline: Baseline,
+    anchored: Anchored | None = None,
+    forward: ForwardScores | None = None,
 ) -> dict[str, float]:
     """Each ranking method's seconds: ``CircuitLasso`` every stage of the ``clock``;
     :data:`ANCHORED` those, the ablation means (``baseline.means_seconds``) and its own
-    (``anchored.seconds``); ``IG attribution`` the ``baseline``'s (the random ranking costs
-    nothing)."""
+    (``anchored.seconds``); each of ``forward``'s rankings the means and its one pass;
+    ``IG attribution`` the ``baseline``'s (the random ranking costs nothing)."""
     seconds = {"CircuitLasso": clock.total}
     if anchored is not None:
         seconds[ANCHORED] = clock.total + baseline.means_seconds + anchored.seconds
+    if forward is not None:
+        seconds.update(dict.fromkeys(forward.rankings(), baseline.means_seconds + forward.seconds))
     return {**seconds, "IG attribution": baseline.seconds}
 
 
 def runtime_table(
-    clock: Stopwatch, baseline: Baseline, anchored: Anchored | None = None
+    clock: Stopwatch,
+    baseline: Baseline,
+    anchored: Anchored | None = None,
+    forward: ForwardScores | None = None,
 ) -> pd.DataFrame:
     """One column ``seconds``, to 0.1 s: CircuitLasso's stages (the ``clock``'s laps, named
     ``CircuitLasso: <stage>``), then the methods of :func:`method_seconds`."""
     stages = {f"CircuitLasso: {stage}": s for stage, s in clock.laps.items()}
-    times = {**stages, **method_seconds(clock, baseline, anchored)}
+    times = {**stages, **method_seconds(clock, baseline, anchored, forward)}
     return pd.Series(times, name="seconds").round(1).to_frame()
 
 
@@ -510,6 +522,7 @@ def summary(
     *,
     metric: Metric | LabelFit,
     anchored: Anchored | None = None,
+    forward: ForwardScores | None = None,
 ) -> dict[str, Any]:
     """The section's summary: the name of the ``metric`` node ablation measured (the edge
     sweep's is always the readout), circuit and surrogate sizes, ranked features per layer,
@@ -541,5 +554,7 @@ def summary(
             for kind, sweep in (("node", node), ("edge", edge))
             for column in ("faithfulness", "completeness")
         },
-        "seconds": {m: round(s, 2) for m, s in method_seconds(clock, baseline, anchored).items()},
+        "seconds": {
+            m: round(s, 2) for m, s in method_seconds(clock, baseline, anchored, forward).items()
+        },
     }

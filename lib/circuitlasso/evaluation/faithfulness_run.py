@@ -9,8 +9,9 @@ left:
 
 1. :meth:`~FaithfulnessRun.fit_circuit`: the label regression, then the layer-pair regressions,
    the trace and the surrogate's ranking (``trace_surrogate``), timed stage by stage;
-2. :meth:`~FaithfulnessRun.attribution`: the metric by name (``evaluation_metric``) and the
-   attribution baseline (``attribution_baseline``); :meth:`~FaithfulnessRun.anchor`: the
+2. :meth:`~FaithfulnessRun.attribution`: the metric by name (``evaluation_metric``), the
+   attribution baseline (``attribution_baseline``) and the rankings of one forward pass
+   (``forward_scores``); :meth:`~FaithfulnessRun.anchor`: the
    surrogate's ranking anchored on the evaluation sentences (``anchored_baseline``, optional);
    :meth:`~FaithfulnessRun.runtime_table`;
 3. :meth:`~FaithfulnessRun.node_sweep` (``node_rankings``, then ``node_sweep``) and
@@ -33,6 +34,7 @@ from transformer_lens import HookedTransformer
 from circuitlasso.data.minimal_pairs import MinimalPair
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
+from circuitlasso.evaluation.attribution import ForwardScores, forward_scores
 from circuitlasso.evaluation.metrics import Metric
 from circuitlasso.study import FeatureStudy
 from circuitlasso.timing import Stopwatch
@@ -68,6 +70,7 @@ class FaithfulnessRun:
     evaluated: fa.Sentences | None = None
     baseline: fa.Baseline | None = None
     anchored: fa.Anchored | None = None
+    forward: ForwardScores | None = None
     node: pd.DataFrame | None = None
     edge: pd.DataFrame | None = None
 
@@ -137,8 +140,11 @@ class FaithfulnessRun:
         """Choose the ``metric`` of node ablation by name
         (:func:`~circuitlasso.evaluation.faithfulness.evaluation_metric`, ``pairs`` for
         ``"minimal_pairs"``) and compute the attribution baseline of it (``steps`` IG steps;
-        :func:`~circuitlasso.evaluation.faithfulness.attribution_baseline`); with ``anchor``
-        (:meth:`anchor`'s options), then the anchored ranking on the same sentences and means."""
+        :func:`~circuitlasso.evaluation.faithfulness.attribution_baseline`), then the rankings
+        of one forward pass on the same sentences and means
+        (:func:`~circuitlasso.evaluation.attribution.forward_scores`: the direct effect where the
+        metric reads logits, and the deviation control); with ``anchor`` (:meth:`anchor`'s
+        options), then the anchored ranking on them too."""
         self.measure, self.evaluated = fa.evaluation_metric(
             metric, _need(self.estimator, "fit_circuit"), self.sentences, pairs=pairs
         )
@@ -148,6 +154,15 @@ class FaithfulnessRun:
             self.measure,
             self.evaluated,
             steps=steps,
+            batch_size=self.batch_size,
+        )
+        self.forward = forward_scores(
+            self._model,
+            self.study.saes,
+            self.measure,
+            self.evaluated.prompts,
+            self.evaluated.labels,
+            self.baseline.means,
             batch_size=self.batch_size,
         )
         if anchor is not None:
@@ -197,17 +212,18 @@ class FaithfulnessRun:
     def runtime_table(self) -> pd.DataFrame:
         """CircuitLasso's stages and each method's seconds
         (:func:`~circuitlasso.evaluation.faithfulness.runtime_table`)."""
-        return fa.runtime_table(self.clock, _need(self.baseline, "attribution"), self.anchored)
+        baseline = _need(self.baseline, "attribution")
+        return fa.runtime_table(self.clock, baseline, self.anchored, self.forward)
 
     def node_sweep(self, sizes: Sequence[int] | None = None) -> pd.DataFrame:
         """Node ablation of the rankings
-        (:func:`~circuitlasso.evaluation.faithfulness.node_rankings`, the anchored one where
-        :meth:`anchor` ran) at ``sizes`` (None: powers of two):
+        (:func:`~circuitlasso.evaluation.faithfulness.node_rankings`: those of the forward pass,
+        and the anchored one where :meth:`anchor` ran) at ``sizes`` (None: powers of two):
         :func:`~circuitlasso.evaluation.faithfulness.node_sweep`'s table."""
         baseline = _need(self.baseline, "attribution")
         saes = self.study.saes
         traced = _need(self.traced, "fit_circuit")
-        rankings = fa.node_rankings(traced, baseline, saes, self.seed, self.anchored)
+        rankings = fa.node_rankings(traced, baseline, saes, self.seed, self.anchored, self.forward)
         self.node = fa.node_sweep(
             self._model,
             saes,
@@ -244,4 +260,5 @@ class FaithfulnessRun:
             target,
             metric=_need(self.measure, "attribution"),
             anchored=self.anchored,
+            forward=self.forward,
         )
