@@ -105,6 +105,13 @@ def _one_edge(circuit: Circuit) -> Circuit:
     return small
 
 
+def test_a_label_shows_each_top_token_without_surrounding_blanks() -> None:
+    tokens = {" the": 5, "\n": 3, ",": 2, " a": 1}  # a decoder's tokens, most common first
+    assert ex.node_label({"top_tokens": tokens}) == "the, '\\n', ,"
+    assert ex.node_label({"top_tokens": {" ": 1}}) == "' '"
+    assert ex.node_label({"top_tokens": {}}) == "(never active)"
+
+
 def test_prompts_can_be_given_by_row(toy_circuit) -> None:
     circuit = _one_edge(toy_circuit.circuit)
     chosen = toy_explorer_data(toy_circuit, circuit=circuit, sentences=1, rows=[5, 0])

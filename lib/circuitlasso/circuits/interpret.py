@@ -119,6 +119,13 @@ def _highlight(words: list[str], values: np.ndarray) -> str:
     return " ".join(f"[{w.strip()}]" if i == top else w.strip() for i, w in enumerate(words))
 
 
+def token_text(token: str) -> str:
+    """A token as labels and examples show it: without the spaces around it (a decoder's tokens
+    carry their leading space, which a page's text drops), and a token of whitespace alone by its
+    escape (``'\\n'``, ``' '``), never as a blank."""
+    return token.strip() or repr(token)
+
+
 @dataclass(frozen=True)
 class Activation:
     """One prompt's activation of a feature: its row of ``Z``, its real tokens ``(T,)``, the
@@ -215,7 +222,7 @@ def nodes_top_activations(
         node: [
             Activation(
                 int(i),
-                [str(w).strip() for w in top.words[top.place[int(i)]]],
+                [token_text(str(w)) for w in top.words[top.place[int(i)]]],
                 vals,
                 float(column[i]),
             )  # fmt: skip
@@ -313,7 +320,7 @@ def nodes_top_tokens(
         own_words = np.concatenate([top.words[top.place[int(i)]] for i in order])
         flat = np.concatenate(top.values[node])
         best = np.argsort(-flat, kind="stable")[:n_activations]
-        counts[node] = Counter(str(w).strip() for w in own_words[best[flat[best] > 0]])
+        counts[node] = Counter(token_text(str(w)) for w in own_words[best[flat[best] > 0]])
     return counts
 
 

@@ -100,8 +100,10 @@ def check_circuit(circuit: Circuit) -> None:
 
 
 def node_label(data: Mapping[str, Any]) -> str:
-    """An interpreted node's label: its three most common top tokens, joined."""
-    return ", ".join(str(t) for t in list(data["top_tokens"])[:3]) or "(never active)"
+    """An interpreted node's label: its three most common top tokens
+    (:func:`~circuitlasso.circuits.interpret.token_text`), joined."""
+    tokens = list(data["top_tokens"])[:3]
+    return ", ".join(interpret.token_text(str(t)) for t in tokens) or "(never active)"
 
 
 def readout_columns(lasso: CircuitLasso) -> list[str]:
