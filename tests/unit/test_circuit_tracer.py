@@ -102,6 +102,11 @@ def test_each_feature_has_its_top_prompts_file(toy_circuit, written: Path) -> No
         assert len(top.examples) == 3
         first = top.examples[0]
         assert len(first.tokens) == len(first.tokens_acts_list) > 0
+        # the viewer joins an example's tokens without a separator: they read as the prompt
+        # (as the toy tokenizer, which lowercases, reads it)
+        prompts = {p.lower() for p in toy_circuit.study.prompts}
+        for example in top.examples:
+            assert "".join(example.tokens) in prompts
         assert page.act_max == pytest.approx(max(max(e.tokens_acts_list) for e in top.examples))
 
 

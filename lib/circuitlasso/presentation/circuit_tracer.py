@@ -107,17 +107,38 @@ def _readout_output(lasso: CircuitLasso, z: np.ndarray, column: int) -> tuple[st
     return name, float(proba[column + 1 if lasso.kind_ == "binary" else column])
 
 
+def _viewer_tokens(model: Model, prompt: str) -> list[str]:
+    """The real tokens of ``prompt`` as the viewer shows an example, which it joins without a
+    separator: each token the text it adds to the decoded prompt (a decoder's own leading space,
+    or the one the tokenizer puts between words), so that joined they read as the prompt."""
+    ids, _ = tokenize_batch(model, [prompt], 0)
+    real = [int(i) for i, keep in zip(ids[0], real_token_mask(model, ids[0]), strict=True) if keep]
+    assert model.tokenizer is not None  # tokenize_batch needs one
+    pieces, before = [], ""
+    for end in range(1, len(real) + 1):
+        text = str(model.tokenizer.decode(real[:end], skip_special_tokens=True))
+        pieces.append(text[len(before) :] if text.startswith(before) else text)
+        before = text
+    return pieces
+
+
 def _feature_file(
-    name: str, index: int, top: Sequence[interpret.Activation], frequency: float
+    name: str,
+    index: int,
+    top: Sequence[interpret.Activation],
+    frequency: float,
+    tokens: Sequence[list[str]],
 ) -> feature_models.Model:
+    """The viewer's file of a feature: its ``top`` prompts, each with its ``tokens`` as the
+    viewer shows them (:func:`_viewer_tokens`)."""
     examples = [
         feature_models.Example(
             tokens_acts_list=[float(v) for v in a.values],
             train_token_ind=int(np.argmax(a.values)) if len(a.values) else 0,
             is_repeated_datapoint=False,
-            tokens=a.tokens,
+            tokens=shown if len(shown) == len(a.values) else a.tokens,
         )
-        for a in top
+        for a, shown in zip(top, tokens, strict=True)
     ]
     top_value = max((float(np.max(a.values)) for a in top if len(a.values)), default=0.0)
     return feature_models.Model(
@@ -258,7 +279,8 @@ def to_circuit_tracer(
     for node, (layer, feature) in shown.items():
         index, top = nodes[node].feature, tops[(layer, feature)]
         frequency = float(Z[layer][:, [feature]].count_nonzero() / Z[layer].shape[0])
-        page = _feature_file(name, index, top, frequency)
+        texts = [_viewer_tokens(model, prompts[a.row]) for a in top]
+        page = _feature_file(name, index, top, frequency, texts)
         _write(folder / "features" / _safe(name) / f"{index}.json", page.model_dump_json())
     path = folder / f"{graph.metadata.slug}.json"
     _write(path, graph.model_dump_json())
