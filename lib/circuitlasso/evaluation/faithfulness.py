@@ -19,8 +19,10 @@ module chooses what is compared and how it is tabulated.
   (:class:`Stopwatch`).
 - Node rankings (:func:`node_rankings`): CircuitLasso's, the features of a traced circuit's
   surrogate by their effect on the readout (:func:`trace_surrogate`); the attribution
-  baseline's, every feature by ``|IG score|`` (:func:`attribution_baseline`); and a seeded random
-  order of every feature. Edge rankings (:func:`edge_rankings`): the surrogate's and a random one.
+  baseline's, every feature by ``|IG score|`` (:func:`attribution_baseline`); those of one
+  forward pass, the direct effect and the deviation control
+  (:func:`~circuitlasso.evaluation.attribution.forward_scores`); and a seeded random order of
+  every feature. Edge rankings (:func:`edge_rankings`): the surrogate's and a random one.
 - Sweeps (:func:`node_sweep`, :func:`edge_sweep`): faithfulness and completeness of the top
   ``n`` of each ranking for ``n`` in :func:`sweep_sizes`, one table with a column ``method``
   (columns ``n, faithfulness, completeness, m_circuit, m_complement, m_full, m_empty, method``).
