@@ -136,7 +136,7 @@ def _feature_file(
             tokens_acts_list=[float(v) for v in a.values],
             train_token_ind=int(np.argmax(a.values)) if len(a.values) else 0,
             is_repeated_datapoint=False,
-            tokens=shown if len(shown) == len(a.values) else a.tokens,
+            tokens=shown,
         )
         for a, shown in zip(top, tokens, strict=True)
     ]
