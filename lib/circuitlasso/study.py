@@ -179,8 +179,8 @@ class FeatureStudy:
 
     def interpret_circuit(self, circuit: Circuit) -> dict[str, Counter[str]]:
         """:func:`~circuitlasso.circuits.trace.interpret_circuit` with :meth:`top_tokens`, timed as
-        ``labels``: every node's top tokens and every edge's type."""
-        with self.clock.timed("labels"):
+        ``labels`` (every call's seconds added): every node's top tokens and every edge's type."""
+        with self.clock.timed("labels", add=True):
             nodes = {(int(d["layer"]), int(d["feature"])) for _, d in circuit.nodes(data=True)}
             missing = sorted(nodes - self._tokens.keys())
             layers = {layer for layer, _ in missing}
@@ -211,11 +211,12 @@ class FeatureStudy:
     ) -> list[pd.DataFrame]:
         """:meth:`top_prompts` of the ``roots`` most important roots of ``circuit``, traced by the
         fitted binary or real-valued ``lasso``, each table's index named after its feature and the
-        feature's readout coefficient ``A_{L,y}``."""
+        feature's readout coefficient ``A_{L,y}`` to one decimal (the readout is certified by its
+        duality gap, not to the last digits: two machines' fits differ in the third)."""
         layer, coef = lasso.readout_layer_, np.ravel(lasso.coef_)  # (D,)
         return [
             self.top_prompts(layer, feature, n).rename_axis(
-                f"z{layer}.{feature}  (A_L,y = {coef[feature]:+.2f})"
+                f"z{layer}.{feature}  (A_L,y = {coef[feature]:+.1f})"
             )
             for feature in tr.root_features(circuit)[:roots]
         ]

@@ -27,6 +27,8 @@ threads that share the batch (`solve.threads`). On a GPU the working sets keep b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numba
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ from torch import Tensor
 from typing_extensions import Unpack
 
 from circuitlasso.solve import sparse_columns as columns
-from circuitlasso.solve.fista import RIDGE_EXPONENT, TINY, Subproblems
+from circuitlasso.solve.fista import RIDGE_EXPONENT, TINY, Subproblems, fista
 from circuitlasso.solve.options import INNER, InnerOptions, settle
 from circuitlasso.solve.sparse_kernels import csr_arrays
 from circuitlasso.solve.threads import over_threads
@@ -72,6 +74,13 @@ def coordinate_descent(
         torch.from_numpy(epochs).to(device),
         torch.from_numpy(converged).to(device),
     )
+
+
+def inner_solver(device: torch.device) -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
+    """The quadratic subproblems' solver (the working sets', the Newton steps') on `device`:
+    coordinate descent on the CPU, batched FISTA elsewhere (many small kernels in a compiled
+    loop against a few large batched ones)."""
+    return coordinate_descent if device.type == "cpu" else fista
 
 
 def column_descent(

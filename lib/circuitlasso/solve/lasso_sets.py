@@ -18,7 +18,6 @@ Both passes batch outputs by the bytes a batch allocates, within a memory budget
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,8 +26,8 @@ from tqdm import tqdm
 
 from circuitlasso.memory import PLANNED_SHARE, MemoryBudgetError, batch_size, gib
 from circuitlasso.solve._sparse import csr_from_padded, padded_rows
-from circuitlasso.solve.coordinate import column_descent, coordinate_descent
-from circuitlasso.solve.fista import Subproblems, bmv, duality_gap, fista
+from circuitlasso.solve.coordinate import column_descent, inner_solver
+from circuitlasso.solve.fista import Subproblems, bmv, duality_gap
 from circuitlasso.solve.options import InnerOptions, SolverOptions
 from circuitlasso.solve.problems import LassoProblem, SparseProblem
 from circuitlasso.solve.screen import score, select
@@ -303,12 +302,6 @@ class _LassoRounds:
 def _solved_on_columns(problem: LassoProblem, W: Tensor) -> SparseProblem | None:
     """`problem` where its working sets W (B, K) are solved on their columns, else None."""
     return problem if isinstance(problem, SparseProblem) and problem.columns_pay(W) else None
-
-
-def inner_solver(device: torch.device) -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
-    """The subproblems' solver on `device`: coordinate descent on the CPU, batched FISTA
-    elsewhere (many small kernels in a compiled loop against a few large batched ones)."""
-    return coordinate_descent if device.type == "cpu" else fista
 
 
 def certificate_batch(problem: LassoProblem, memory: int) -> int:

@@ -19,7 +19,8 @@ is large), by proximal Newton sweeps. A sweep takes one step per column c of A (
 binary loss), each from the probabilities the previous step left (Gauss-Seidel over the classes,
 as glmnet's multinomial fit): the step minimizes the quadratic model of the loss in
 (A[:, c], b_c), whose Hessian X~_W^T diag(p_c (1 - p_c)) X~_W / M is exact for that block, plus
-the l1 penalty (a Lasso on the |W| x |W| Hessian, solved by the FISTA of `fista`, the intercept
+the l1 penalty (a Lasso on the |W| x |W| Hessian, solved by coordinate descent on the CPU as
+glmnet solves it, by FISTA elsewhere: `solve.coordinate.inner_solver`; the intercept
 eliminated by weighted centering), and is followed by a backtracking line search. For the binary
 loss this is proximal Newton; for K classes the sweeps converge linearly: with nearly separable
 classes at small lam they can need many sweeps, and a stalled solve stops with a
@@ -136,7 +137,7 @@ def logistic_lasso(
     X: (M, p) dense or sparse; y: (M,) with two distinct values (the larger is class 1);
     lam > 0. Equals scikit-learn's LogisticRegression(penalty="l1", C=1/(lam*M)) when
     normalize=False (and fit_intercept=False, or its intercept left unpenalized).
-    max_iter bounds the proximal Newton steps; check_every is the number of FISTA iterations
+    max_iter bounds the proximal Newton steps; check_every is the number of inner iterations
     between gap checks on each Newton step's quadratic model. X is rounded to dtype (float32 or
     float64), the dtype of coef; dense X stays in it for the products of the working-set loop,
     while sparse X, the restricted problems and the certificate that decides convergence use

@@ -3,8 +3,11 @@
 A sweep takes one step per column c of the coefficients (one for the binary loss), each from the
 probabilities the previous step left (Gauss-Seidel over the classes, as glmnet's multinomial
 fit): the step minimizes the quadratic model of the loss in (a_c, b_c), exact for that block,
-plus the l1 penalty (a Lasso on the |W| x |W| Hessian solved by `fista`, the intercept
-eliminated by weighted centering), followed by a backtracking line search.
+plus the l1 penalty (a Lasso on the |W| x |W| Hessian, the intercept eliminated by weighted
+centering), followed by a backtracking line search. The Lasso is solved by coordinate descent on
+the Hessian on the CPU, as glmnet solves it, and by FISTA elsewhere
+(`solve.coordinate.inner_solver`): FISTA's steps crawl on the ill-conditioned Hessians of many
+correlated features at a small lam.
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from circuitlasso.solve.fista import Subproblems, fista
+from circuitlasso.solve.coordinate import inner_solver
+from circuitlasso.solve.fista import Subproblems
 from circuitlasso.solve.logistic_design import Restricted
 from circuitlasso.solve.logistic_losses import Loss, certificate
 
 QP_MAX_ITER = 3000
-"""FISTA iterations allowed for the quadratic model of one Newton step. FISTA stops at the
-model's tolerance, so the cap binds only on an ill-conditioned Hessian (hundreds of features at a
-small lam): the toy CoLA readout at lam 1e-5, 605 features, needs over 1,000 per step; with 300
-its steps fell short and the solve stalled at a relative gap of 1e-3."""
+"""Iterations (coordinate-descent epochs, or FISTA steps) allowed for the quadratic model of one
+Newton step. The solver stops at the model's tolerance, so the cap binds only on an
+ill-conditioned Hessian (hundreds of features at a small lam): with FISTA, the toy CoLA readout
+at lam 1e-5, 605 features, needs over 1,000 steps; with 300 its steps fell short and the solve
+stalled at a relative gap of 1e-3."""
 STALL_STEPS = 5
 STALL_FACTOR = 0.9
 """A restricted solve stops (not converged) when STALL_STEPS sweeps per column of A (binary:
@@ -32,9 +37,13 @@ convergence (nearly separable classes) goes on, up to max_iter."""
 QP_GAP_SHARE = 0.25
 """A step's quadratic model is solved to QP_GAP_SHARE of the current gap over the number of
 columns: a sweep of such steps then closes a good part of the gap, not less."""
-MIN_CURVATURE = 1e-10
-"""Floor of the Newton weights p (1 - p): saturated rows (p at 0 or 1) keep the model's Hessian
-positive, too small to bias the step."""
+MIN_CURVATURE = 1e-5
+"""Floor of the Newton weights p (1 - p), glmnet's (its vmin, for probabilities clipped at 1e-5):
+a feature active only on rows the model already saturates (p near 0 or 1) has a near-zero
+curvature, and a model minimized exactly in it (coordinate descent) steps so far along it that
+no halving of the line search decreases the objective, and the solve stalls (a feature active on
+one CoLA sentence of the toy world: relative gap 0.29). With the floor such a step stays short;
+any positive definite model gives a descent direction, so the steps still converge."""
 ARMIJO = 0.01
 """A step is kept once the objective drops by ARMIJO of the decrease its model predicted."""
 LINE_SEARCH_HALVINGS = 40
@@ -148,7 +157,8 @@ def _column_step(
         H.unsqueeze(0), (H @ a - g).unsqueeze(0), (z @ z).reshape(1), weight.unsqueeze(0)
     )
     tol_t = torch.tensor([tol], dtype=torch.float64, device=w.device)
-    u, _, _ = fista(problem, a.unsqueeze(0), tol_t, max_iter=QP_MAX_ITER, check_every=check_every)
+    solve = inner_solver(w.device)
+    u, _, _ = solve(problem, a.unsqueeze(0), tol_t, max_iter=QP_MAX_ITER, check_every=check_every)
     d = u[0] - a
     d_b = -g_b / S - float(m @ d)
     decrease = float(grad @ d) + g_b * d_b + float((weight * (u[0].abs() - a.abs())).sum())
