@@ -10,6 +10,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from circuitlasso.circuits import interpret
 from circuitlasso.circuits import trace as tr
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.forward import prompt_ids, real_token_mask
+from circuitlasso.presentation import book
 from circuitlasso.presentation import circuit_tracer as ct
 from circuitlasso.presentation.cli import main
 
@@ -186,3 +188,43 @@ def test_view_serves_a_folder_and_prints_its_address(written: Path, tmp_path: Pa
                 assert response.status == 200
         finally:
             view.terminate()
+
+
+def test_a_chapters_graphs_are_its_roots_top_prompts_own_circuits(toy_circuit, tmp_path: Path):
+    study, lasso, circuit = toy_circuit.study, toy_circuit.lasso, toy_circuit.circuit
+    folder = tmp_path / "graphs" / "chapter"
+    table = ct.study_graphs(study, lasso, circuit, folder, roots=2, n=2, examples=2)
+    # the rows: each root's top prompts, as root_prompts shows them, a shared prompt once
+    expected: dict[int, str] = {}
+    for feature in tr.root_features(circuit)[:2]:
+        for top in study.top_activations(study.last, feature, 2):
+            expected.setdefault(top.row, tr.node_name(study.last, feature))
+    assert list(table["prompt"]) == [study.prompts[row] for row in expected]
+    assert list(table["root"]) == list(expected.values())
+    listed = json.loads((folder / "graph-metadata.json").read_text())["graphs"]
+    assert sorted(f"{g['slug']}.json" for g in listed) == sorted(table["graph"])
+    for row, (_, entry) in zip(expected, table.iterrows(), strict=True):
+        graph = graph_models.Model.model_validate_json((folder / entry["graph"]).read_text())
+        assert graph.metadata.prompt == study.prompts[row]
+        own = lasso.prompt_circuit(row)  # the prompt's own circuit, every node drawn
+        features = [n for n in graph.nodes if n.feature_type != "logit"]
+        assert {f"z{n.layer}.{n.node_id.split('_')[1]}" for n in features} == set(own.nodes)
+        assert entry["nodes"] == own.number_of_nodes() + 1 == len(graph.nodes)
+        assert entry["links"] == len(graph.links)
+
+    page = ct.graph_links(table, folder).data
+    for name in table["graph"]:
+        assert f'href="graphs/chapter/{name}"' in page
+    assert "circuitlasso view book/sections/graphs/chapter" in page
+
+
+def test_the_built_book_holds_the_sections_graphs_beside_its_pages(tmp_path: Path) -> None:
+    source = tmp_path / "src" / book.GRAPHS / "chapter"
+    source.mkdir(parents=True)
+    (source / "graph-metadata.json").write_text('{"graphs": []}')
+    out = tmp_path / "html"
+    app = SimpleNamespace(
+        srcdir=tmp_path / "src", outdir=out, builder=SimpleNamespace(format="html")
+    )
+    book._copy(app, None)
+    assert (out / "book" / "sections" / "graphs" / "chapter" / "graph-metadata.json").is_file()

@@ -3,6 +3,8 @@ offline.
 
 - Math: MathJax 3 from the pinned PyPI package ``django-static-mathjax`` is copied into the built
   book (``_static/mathjax``) and loaded from there, never from a CDN.
+- Graphs: the folders of circuit-tracer graphs that sections write under ``book/sections/graphs``
+  (:data:`GRAPHS`) are copied beside the built pages, so that a page's links to them resolve.
 - Style (``circuitlasso-book.css``): wide tables and outputs scroll sideways instead of being cut
   off; figures are never wider than the page.
 
@@ -23,6 +25,8 @@ MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts/wof
                  "a11y", "sre")  # fmt: skip
 """What ``tex-chtml.js`` loads, at once or on demand (TeX extensions, fonts, menu, speech)."""
 CSS_FILE = "circuitlasso-book.css"
+GRAPHS = Path("book") / "sections" / "graphs"
+"""Where sections write their graph folders, relative to the book's root (and to the built book)."""
 
 
 def mathjax_source() -> Path:
@@ -59,6 +63,9 @@ def _configure(app: Any, config: Any) -> None:
 def _copy(app: Any, exception: Exception | None) -> None:
     if exception is None and app.builder.format == "html":
         copy_mathjax(Path(app.outdir) / "_static")
+        graphs = Path(app.srcdir) / GRAPHS
+        if graphs.is_dir():
+            shutil.copytree(graphs, Path(app.outdir) / GRAPHS, dirs_exist_ok=True)
 
 
 def setup(app: Any) -> dict[str, Any]:

@@ -15,7 +15,9 @@ The folder holds:
   per-token values (the viewer's feature panel; ``index`` is circuit-tracer's Cantor pairing of
   layer and feature).
 
-:func:`serve` serves such a folder with circuit-tracer's local server
+:func:`study_graphs` writes the graphs of the prompts a chapter shows (each root's top training
+prompts, each prompt's own circuit) into one folder, and :func:`graph_links` links them from the
+chapter's page. :func:`serve` serves such a folder with circuit-tracer's local server
 (``circuitlasso view DIR``). The package's page loads its scripts from CDNs
 (:data:`CDN_SCRIPTS`); the page served here loads pinned copies from the npm registry instead
 (``make install`` puts them under the environment's ``share/circuitlasso-viewer``), so nothing
@@ -25,6 +27,8 @@ leaves the machine.
 from __future__ import annotations
 
 import hashlib
+import html
+import json
 import re
 import shutil
 import sys
@@ -36,14 +40,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 from circuit_tracer.frontend import feature_models, graph_models, local_server
 from circuit_tracer.frontend.utils import add_graph_metadata
+from IPython.display import HTML
 
 from circuitlasso.cache import atomic_path
 from circuitlasso.circuits import interpret
 from circuitlasso.circuits.circuit import Circuit
-from circuitlasso.circuits.trace import node_name
+from circuitlasso.circuits.trace import node_name, root_features
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.forward import (
     Model,
@@ -54,6 +60,7 @@ from circuitlasso.forward import (
     tokenize_batch,
 )
 from circuitlasso.presentation.explorer import check_circuit, node_label, readout_columns
+from circuitlasso.study import FeatureStudy
 
 VIEWER_SCRIPTS = Path(sys.prefix) / "share" / "circuitlasso-viewer" / "node_modules"
 """Where ``make install`` puts the viewer's scripts (npm packages, pinned in the Makefile)."""
@@ -286,6 +293,61 @@ def to_circuit_tracer(
     _write(path, graph.model_dump_json())
     add_graph_metadata(graph.metadata.model_dump(), str(folder))
     return path
+
+
+def study_graphs(
+    study: FeatureStudy,
+    lasso: CircuitLasso,
+    circuit: Circuit,
+    folder: str | Path,
+    *,
+    roots: int = 2,
+    n: int = 1,
+    examples: int = 5,
+) -> pd.DataFrame:
+    """The graphs of the prompts a chapter shows: for each of the ``roots`` most important roots
+    of ``circuit`` (traced by ``lasso``, fitted on ``study``'s features), its ``n`` top training
+    prompts (those :meth:`~circuitlasso.study.FeatureStudy.root_prompts` shows first), each
+    prompt's own circuit (``lasso.prompt_circuit``, labelled by ``study``) written by
+    :func:`to_circuit_tracer` into ``folder`` (one viewer folder: ``circuitlasso view
+    folder``). A row per graph: ``root``, ``prompt`` (its text), ``nodes``, ``links`` and
+    ``graph`` (the file's name in ``folder``); a prompt two roots share is written once."""
+    layer = study.last
+    rows: dict[int, str] = {}  # prompt row -> the root it is shown for
+    for feature in root_features(circuit)[:roots]:
+        for top in study.top_activations(layer, feature, n):
+            rows.setdefault(top.row, node_name(layer, feature))
+    table = []
+    for row, root in rows.items():
+        own = lasso.prompt_circuit(row)
+        study.interpret_circuit(own)
+        path = to_circuit_tracer(
+            own, study.prompts[row], lasso, study.model, study.saes, study.prompts, folder,
+            slug=f"{_safe(study.name)}-prompt-{row}", name=study.name, examples=examples,
+        )  # fmt: skip
+        graph = json.loads(path.read_text(encoding="utf-8"))
+        table.append({"root": root, "prompt": study.prompts[row], "nodes": len(graph["nodes"]),
+                      "links": len(graph["links"]), "graph": path.name})  # fmt: skip
+    return pd.DataFrame(table, columns=["root", "prompt", "nodes", "links", "graph"])
+
+
+def graph_links(graphs: pd.DataFrame, folder: str | Path) -> HTML:
+    """Notebook output (HTML): :func:`study_graphs`' table, each graph linked, and the command
+    that opens the folder in the viewer. ``folder`` is a child of the book's
+    ``book/sections/graphs`` (:data:`circuitlasso.presentation.book.GRAPHS`), which the built
+    book holds beside its pages: the links are relative to a page of ``book/sections``."""
+    name = Path(folder).name
+    linked = graphs.assign(
+        graph=[f'<a href="graphs/{html.escape(name)}/{html.escape(g)}">{html.escape(g)}</a>'
+               for g in graphs["graph"]],
+        prompt=[html.escape(p) for p in graphs["prompt"]],
+    )  # fmt: skip
+    command = f"circuitlasso view book/sections/graphs/{name}"
+    return HTML(
+        linked.to_html(index=False, escape=False)
+        + f"<p>Open them in circuit-tracer's viewer, offline: <code>{html.escape(command)}"
+        "</code> (from the repository's root, after <code>make book</code>).</p>"
+    )
 
 
 def viewer_page(folder: str | Path) -> Path:
