@@ -16,8 +16,8 @@ The folder holds:
   layer and feature).
 
 :func:`study_graphs` writes the graphs of the prompts a chapter shows (each root's top training
-prompts, each prompt's own circuit) into one folder, and :func:`graph_links` links them from the
-chapter's page. :func:`serve` serves such a folder with circuit-tracer's local server
+prompts, each prompt's own circuit) into one folder; shown in the notebook, they are linked from
+the chapter's page. :func:`serve` serves such a folder with circuit-tracer's local server
 (``circuitlasso view DIR``). The package's page loads its scripts from CDNs
 (:data:`CDN_SCRIPTS`); the page served here loads pinned copies from the npm registry instead
 (``make install`` puts them under the environment's ``share/circuitlasso-viewer``), so nothing
@@ -44,7 +44,6 @@ import pandas as pd
 import scipy.sparse as sp
 from circuit_tracer.frontend import feature_models, graph_models, local_server
 from circuit_tracer.frontend.utils import add_graph_metadata
-from IPython.display import HTML
 
 from circuitlasso.cache import atomic_path
 from circuitlasso.circuits import interpret
@@ -295,6 +294,33 @@ def to_circuit_tracer(
     return path
 
 
+@dataclass
+class StudyGraphs:
+    """The graphs :func:`study_graphs` wrote: ``table`` (a row per graph: ``root``, ``prompt``,
+    ``nodes``, ``links`` and ``graph``, the file's name in ``folder``) and ``folder``. Shown in a
+    notebook, the table with each graph linked and the command that opens the folder in the
+    viewer; ``folder`` is then a child of the book's ``book/sections/graphs``
+    (:data:`circuitlasso.presentation.book.GRAPHS`), which the built book holds beside its
+    pages, so the links are relative to a page of ``book/sections``."""
+
+    table: pd.DataFrame
+    folder: Path
+
+    def _repr_html_(self) -> str:
+        name = html.escape(self.folder.name)
+        linked = self.table.assign(
+            graph=[f'<a href="graphs/{name}/{html.escape(g)}">{html.escape(g)}</a>'
+                   for g in self.table["graph"]],
+            prompt=[html.escape(p) for p in self.table["prompt"]],
+        )  # fmt: skip
+        return (
+            linked.to_html(index=False, escape=False)
+            + "<p>Open them in circuit-tracer's viewer, offline: <code>circuitlasso view "
+            f"book/sections/graphs/{name}</code> (from the repository's root, after "
+            "<code>make book</code>).</p>"
+        )
+
+
 def study_graphs(
     study: FeatureStudy,
     lasso: CircuitLasso,
@@ -304,14 +330,13 @@ def study_graphs(
     roots: int = 2,
     n: int = 1,
     examples: int = 5,
-) -> pd.DataFrame:
+) -> StudyGraphs:
     """The graphs of the prompts a chapter shows: for each of the ``roots`` most important roots
     of ``circuit`` (traced by ``lasso``, fitted on ``study``'s features), its ``n`` top training
     prompts (those :meth:`~circuitlasso.study.FeatureStudy.root_prompts` shows first), each
     prompt's own circuit (``lasso.prompt_circuit``, labelled by ``study``) written by
     :func:`to_circuit_tracer` into ``folder`` (one viewer folder: ``circuitlasso view
-    folder``). A row per graph: ``root``, ``prompt`` (its text), ``nodes``, ``links`` and
-    ``graph`` (the file's name in ``folder``); a prompt two roots share is written once."""
+    folder``); a prompt two roots share is written once."""
     layer = study.last
     rows: dict[int, str] = {}  # prompt row -> the root it is shown for
     for feature in root_features(circuit)[:roots]:
@@ -328,26 +353,8 @@ def study_graphs(
         graph = json.loads(path.read_text(encoding="utf-8"))
         table.append({"root": root, "prompt": study.prompts[row], "nodes": len(graph["nodes"]),
                       "links": len(graph["links"]), "graph": path.name})  # fmt: skip
-    return pd.DataFrame(table, columns=["root", "prompt", "nodes", "links", "graph"])
-
-
-def graph_links(graphs: pd.DataFrame, folder: str | Path) -> HTML:
-    """Notebook output (HTML): :func:`study_graphs`' table, each graph linked, and the command
-    that opens the folder in the viewer. ``folder`` is a child of the book's
-    ``book/sections/graphs`` (:data:`circuitlasso.presentation.book.GRAPHS`), which the built
-    book holds beside its pages: the links are relative to a page of ``book/sections``."""
-    name = Path(folder).name
-    linked = graphs.assign(
-        graph=[f'<a href="graphs/{html.escape(name)}/{html.escape(g)}">{html.escape(g)}</a>'
-               for g in graphs["graph"]],
-        prompt=[html.escape(p) for p in graphs["prompt"]],
-    )  # fmt: skip
-    command = f"circuitlasso view book/sections/graphs/{name}"
-    return HTML(
-        linked.to_html(index=False, escape=False)
-        + f"<p>Open them in circuit-tracer's viewer, offline: <code>{html.escape(command)}"
-        "</code> (from the repository's root, after <code>make book</code>).</p>"
-    )
+    columns = ["root", "prompt", "nodes", "links", "graph"]
+    return StudyGraphs(pd.DataFrame(table, columns=columns), Path(folder))
 
 
 def viewer_page(folder: str | Path) -> Path:
