@@ -10,6 +10,7 @@ groups are concatenated in that order, and the rows are shuffled with ``random.R
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,41 @@ def _groups(
     return built.iloc[order].reset_index(drop=True)
 
 
+def check_request(professions: Sequence[str], split: str) -> None:
+    """A ValueError naming what is wrong with a request for the sets of ``professions`` trained
+    on hub split ``split``: not two different professions, an unknown one, an unknown split."""
+    if len(professions) != 2 or professions[0] == professions[1]:
+        raise ValueError(f"professions must be two different names, got {professions!r}")
+    unknown = [p for p in professions if p not in PROFESSIONS]
+    if unknown:
+        raise ValueError(f"unknown professions {unknown}; valid: {', '.join(PROFESSIONS)}")
+    if split not in TRAIN_SPLITS:
+        raise ValueError(f"split must be one of {TRAIN_SPLITS}, got {split!r}")
+
+
+def build_sets(
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    professions: tuple[str, str],
+    *,
+    split: str = "train",
+    seed: int = 0,
+) -> dict[str, pd.DataFrame]:
+    """The ambiguous and balanced sets (see :func:`load_bias_in_bios`) of ``professions``
+    built from rows in the hub's schema (``hard_text``, ``profession`` and ``gender`` ids):
+    ``train`` rows of hub split ``split``, ``test`` rows of ``test``."""
+    check_request(professions, split)
+    first, second = professions
+    ambiguous = [(first, "male"), (second, "female")]
+    balanced = [(first, "male"), (first, "female"), (second, "male"), (second, "female")]
+    return {
+        "ambiguous_train": _groups(train, ambiguous, split, seed),
+        "balanced_train": _groups(train, balanced, split, seed),
+        "ambiguous_test": _groups(test, ambiguous, TEST_SPLIT, seed),
+        "balanced_test": _groups(test, balanced, TEST_SPLIT, seed),
+    }
+
+
 def load_bias_in_bios(
     professions: tuple[str, str] = ("professor", "nurse"),
     *,
@@ -114,23 +150,11 @@ def load_bias_in_bios(
     sets come from hub split ``split`` (``train``, as Marks et al., or ``dev``), the test sets
     from ``test``. Returns ``ambiguous_train``, ``balanced_train``, ``ambiguous_test`` and
     ``balanced_test``, each with columns ``text``, ``profession`` (name) and ``gender``
-    (``"male"`` / ``"female"``). ``source``: see :func:`read_bias_in_bios_split`.
+    (``"male"`` / ``"female"``). ``source``: see :func:`read_bias_in_bios_split`. Offline,
+    :func:`circuitlasso.data.synthetic_bios.load_synthetic_bios` builds the same sets from
+    generated rows.
     """
-    if len(professions) != 2 or professions[0] == professions[1]:
-        raise ValueError(f"professions must be two different names, got {professions!r}")
-    unknown = [p for p in professions if p not in PROFESSIONS]
-    if unknown:
-        raise ValueError(f"unknown professions {unknown}; valid: {', '.join(PROFESSIONS)}")
-    if split not in TRAIN_SPLITS:
-        raise ValueError(f"split must be one of {TRAIN_SPLITS}, got {split!r}")
-    first, second = professions
-    ambiguous = [(first, "male"), (second, "female")]
-    balanced = [(first, "male"), (first, "female"), (second, "male"), (second, "female")]
+    check_request(professions, split)  # before any download
     train = read_bias_in_bios_split(split, source)
     test = read_bias_in_bios_split(TEST_SPLIT, source)
-    return {
-        "ambiguous_train": _groups(train, ambiguous, split, seed),
-        "balanced_train": _groups(train, balanced, split, seed),
-        "ambiguous_test": _groups(test, ambiguous, TEST_SPLIT, seed),
-        "balanced_test": _groups(test, balanced, TEST_SPLIT, seed),
-    }
+    return build_sets(train, test, professions, split=split, seed=seed)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from circuitlasso.data import load_dataset
 
+DATASETS = ("toy_bias_in_bios", "bias_in_bios", "synthetic_bios")
 SPLITS = ("ambiguous_train", "balanced_train", "ambiguous_test", "balanced_test")
 GENDERS = ("male", "female")
 TOY_PROFESSIONS = ("professor", "nurse")
@@ -41,11 +42,11 @@ def load_splits(
     max_prompts: int | None = None,
     source: str | Path | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """The four splits of ``dataset`` (``"toy_bias_in_bios"`` or ``"bias_in_bios"``) for
-    ``professions = (a, b)``, each cut to at most ``max_prompts`` rows by a seeded sample; an
-    unknown profession, an empty split or a missing group is an error naming it. ``source``: a
-    local copy of the hub data set (see :func:`~circuitlasso.data.bias_in_bios.
-    read_bias_in_bios_split`)."""
+    """The four splits of ``dataset`` (one of :data:`DATASETS`: the toy world's, the hub's, the
+    biographies generated here) for ``professions = (a, b)``, each cut to at most
+    ``max_prompts`` rows by a seeded sample; an unknown profession, an empty split or a missing
+    group is an error naming it. ``source``: a local copy of the hub data set (see
+    :func:`~circuitlasso.data.bias_in_bios.read_bias_in_bios_split`)."""
     if len(professions) != 2 or professions[0] == professions[1]:
         raise ValueError(f"professions must be two different names, got {list(professions)}")
     pair = (str(professions[0]), str(professions[1]))
@@ -60,8 +61,12 @@ def load_splits(
         splits = load_dataset(dataset, seed=seed)
     elif dataset == "bias_in_bios":
         splits = load_dataset(dataset, professions=pair, seed=seed, source=source)
+    elif dataset == "synthetic_bios":
+        if source is not None:
+            raise ValueError("source names a copy of the hub data set; synthetic_bios has none")
+        splits = load_dataset(dataset, professions=pair, seed=seed)
     else:
-        raise ValueError(f"unknown data set {dataset!r}; valid: 'toy_bias_in_bios', 'bias_in_bios'")
+        raise ValueError(f"unknown data set {dataset!r}; valid: {', '.join(DATASETS)}")
     if max_prompts is not None:
         splits = {
             name: frame.sample(n=min(max_prompts, len(frame)), random_state=seed)
