@@ -58,6 +58,7 @@ from circuitlasso.forward import (
     token_strings,
     tokenize_batch,
 )
+from circuitlasso.presentation.book import GRAPHS
 from circuitlasso.presentation.explorer import check_circuit, node_label, readout_columns
 from circuitlasso.study import FeatureStudy
 
@@ -299,8 +300,8 @@ class StudyGraphs:
     """The graphs :func:`study_graphs` wrote: ``table`` (a row per graph: ``root``, ``prompt``,
     ``nodes``, ``links`` and ``graph``, the file's name in ``folder``) and ``folder``. Shown in a
     notebook, the table with each graph linked and the command that opens the folder in the
-    viewer; ``folder`` is then a child of the book's ``book/sections/graphs``
-    (:data:`circuitlasso.presentation.book.GRAPHS`), which the built book holds beside its
+    viewer; ``folder`` is then a child of the book's graph folder
+    (:data:`~circuitlasso.presentation.book.GRAPHS`), which the built book holds beside its
     pages, so the links are relative to a page of ``book/sections``."""
 
     table: pd.DataFrame
@@ -309,14 +310,14 @@ class StudyGraphs:
     def _repr_html_(self) -> str:
         name = html.escape(self.folder.name)
         linked = self.table.assign(
-            graph=[f'<a href="graphs/{name}/{html.escape(g)}">{html.escape(g)}</a>'
+            graph=[f'<a href="{GRAPHS.name}/{name}/{html.escape(g)}">{html.escape(g)}</a>'
                    for g in self.table["graph"]],
             prompt=[html.escape(p) for p in self.table["prompt"]],
         )  # fmt: skip
         return (
             linked.to_html(index=False, escape=False)
             + "<p>Open them in circuit-tracer's viewer, offline: <code>circuitlasso view "
-            f"book/sections/graphs/{name}</code> (from the repository's root, after "
+            f"{GRAPHS.as_posix()}/{name}</code> (from the repository's root, after "
             "<code>make book</code>).</p>"
         )
 
