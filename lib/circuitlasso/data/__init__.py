@@ -12,8 +12,8 @@ def load_dataset(name: str, **kwargs: Any) -> Any:
 
     ``cola`` -> :func:`~circuitlasso.data.cola.load_cola`, ``bias_in_bios`` ->
     :func:`~circuitlasso.data.bias_in_bios.load_bias_in_bios`, ``synthetic_bios`` -> its sets
-    from biographies generated here (:func:`~circuitlasso.data.synthetic_bios.
-    load_synthetic_bios`), ``toy_cola`` /
+    from biographies generated here
+    (:func:`~circuitlasso.data.synthetic_bios.load_synthetic_bios`), ``toy_cola`` /
     ``toy_bias_in_bios`` -> the toy world's generators in
     :mod:`circuitlasso.data.toyworld.datasets`.
     """

@@ -102,14 +102,20 @@ def _groups(
     return built.iloc[order].reset_index(drop=True)
 
 
-def check_request(professions: Sequence[str], split: str) -> None:
-    """A ValueError naming what is wrong with a request for the sets of ``professions`` trained
-    on hub split ``split``: not two different professions, an unknown one, an unknown split."""
+def check_professions(professions: Sequence[str]) -> None:
+    """A ValueError naming what is wrong with a pair of professions: not two different names,
+    or a name the data set's card does not list."""
     if len(professions) != 2 or professions[0] == professions[1]:
-        raise ValueError(f"professions must be two different names, got {professions!r}")
+        raise ValueError(f"professions must be two different names, got {list(professions)}")
     unknown = [p for p in professions if p not in PROFESSIONS]
     if unknown:
         raise ValueError(f"unknown professions {unknown}; valid: {', '.join(PROFESSIONS)}")
+
+
+def check_request(professions: Sequence[str], split: str) -> None:
+    """A ValueError naming what is wrong with a request for the sets of ``professions`` trained
+    on hub split ``split``: the pair (:func:`check_professions`), or an unknown split."""
+    check_professions(professions)
     if split not in TRAIN_SPLITS:
         raise ValueError(f"split must be one of {TRAIN_SPLITS}, got {split!r}")
 

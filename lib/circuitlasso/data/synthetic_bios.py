@@ -359,8 +359,9 @@ def load_synthetic_bios(
     seed: int = 0,
     per_group: int | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """The ambiguous and balanced sets of :func:`~circuitlasso.data.bias_in_bios.
-    load_bias_in_bios`, built by its construction from generated rows: training sets from
+    """The ambiguous and balanced sets of
+    :func:`~circuitlasso.data.bias_in_bios.load_bias_in_bios`, built by its construction
+    (:func:`~circuitlasso.data.bias_in_bios.build_sets`) from generated rows: training sets from
     ``split`` (``train`` or ``dev``), test sets from ``test``; ``professions`` one of
     :data:`PAIRS`. ``per_group``: biographies per group in each split (default
     :data:`PER_GROUP`)."""

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from circuitlasso.data import load_dataset
+from circuitlasso.data.bias_in_bios import check_professions
 
 DATASETS = ("toy_bias_in_bios", "bias_in_bios", "synthetic_bios")
 SPLITS = ("ambiguous_train", "balanced_train", "ambiguous_test", "balanced_test")
@@ -47,8 +48,7 @@ def load_splits(
     ``max_prompts`` rows by a seeded sample; an unknown profession, an empty split or a missing
     group is an error naming it. ``source``: a local copy of the hub data set (see
     :func:`~circuitlasso.data.bias_in_bios.read_bias_in_bios_split`)."""
-    if len(professions) != 2 or professions[0] == professions[1]:
-        raise ValueError(f"professions must be two different names, got {list(professions)}")
+    check_professions(professions)
     pair = (str(professions[0]), str(professions[1]))
     if dataset == "toy_bias_in_bios":
         if pair != TOY_PROFESSIONS:
