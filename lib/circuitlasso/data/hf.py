@@ -2,7 +2,8 @@
 the sizes a Hugging Face config names alike, transformers' loading bars as plain text, and, for
 the GGUF decoders (:mod:`circuitlasso.data.smollm2`, :mod:`circuitlasso.data.gemma3`), their
 dequantized weights cached as a Hugging Face folder and converted weights loaded into a
-``HookedTransformer``. The model modules import it; it imports none of them."""
+``HookedTransformer``, laid out for its linear layers. The model modules import it; it imports
+none of them."""
 
 from __future__ import annotations
 
@@ -91,6 +92,25 @@ def hooked_from_state(
     missing = [k for k in missing if k not in dict(model.named_buffers())]
     if missing or unexpected:
         raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+    return lay_out_for_linear(model)
+
+
+# the weights TransformerLens hands to ``F.linear`` as ``W.T.contiguous()`` on every forward
+# (gated MLPs and the unembedding, to match Hugging Face's memory layout)
+LINEAR_WEIGHTS = ("mlp.W_gate", "mlp.W_in", "mlp.W_out", "unembed.W_U")
+
+
+def lay_out_for_linear(model: HookedTransformer) -> HookedTransformer:
+    """``model`` with each weight of :data:`LINEAR_WEIGHTS` that a forward transposes into a
+    contiguous copy stored already so (the transpose of a contiguous tensor: same shape, same
+    values), so that the copy is a view: the same logits, bit for bit, without copying every
+    such weight on every forward (SmolLM2's unembedding alone is 113 MB, Gemma 3's 671 MB: on a
+    few short prompts, most of a pass). Strides survive ``.to(device)`` and ``.to(dtype)``."""
+    gated = bool(model.cfg.gated_mlp)
+    for name, parameter in model.named_parameters():
+        linear = name.endswith(LINEAR_WEIGHTS[3]) or (gated and name.endswith(LINEAR_WEIGHTS[:3]))
+        if linear and not parameter.T.is_contiguous():
+            parameter.data = parameter.data.T.contiguous().T
     return model
 
 

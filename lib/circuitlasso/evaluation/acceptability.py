@@ -31,6 +31,16 @@ def _sentence_ids(model: HookedTransformer, sentence: str, prefix_id: int) -> to
     return torch.cat([torch.tensor([prefix_id]), ids])
 
 
+def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``(B, P - 1)`` float64 ``log p(tokens[:, t + 1] | tokens[:, :t + 1])`` from the logits
+    ``(B, P, V)``: the next token's logit minus the log-sum-exp over the vocabulary, both taken
+    in the logits' own precision (a float64 copy of every logit would be most of the pass's
+    time and memory on a large vocabulary) and subtracted in float64."""
+    logits = logits[:, :-1]
+    chosen = logits.gather(-1, tokens[:, 1:, None].to(logits.device))[..., 0]
+    return chosen.double() - torch.logsumexp(logits, -1).double()
+
+
 @torch.no_grad()
 def sentence_log_probs(
     model: HookedTransformer,
@@ -41,7 +51,7 @@ def sentence_log_probs(
 ) -> np.ndarray:
     """``(N,)`` float64: each sentence's log-probability under the decoder ``model``, every token
     scored given the ones before it and ``prefix_id`` (default: the tokenizer's BOS id) in
-    front."""
+    front. Sentences run shortest first (ties by their text), so that a batch pads little."""
     sentences = check_prompts(sentences)
     if not isinstance(model, HookedTransformer):
         raise TypeError(f"a sentence's log-probability needs a decoder, not {type(model).__name__}")
@@ -50,17 +60,17 @@ def sentence_log_probs(
         if prefix_id is None:
             raise ValueError("the tokenizer has no BOS token: pass prefix_id (a context token)")
     rows = [_sentence_ids(model, s, prefix_id) for s in sentences]
+    order = sorted(range(len(rows)), key=lambda i: (len(rows[i]), sentences[i]))
     scores = np.zeros(len(rows))
     for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
-        lengths = torch.tensor([len(r) for r in batch])
-        tokens = torch.full((len(batch), int(lengths.max())), prefix_id)
-        for i, row in enumerate(batch):
-            tokens[i, : len(row)] = row  # right-padded: padding is never attended to or scored
-        logits = model(tokens.to(model.cfg.device), return_type="logits").double().cpu()
-        chosen = logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]
+        chosen = order[start : start + batch_size]
+        lengths = torch.tensor([len(rows[i]) for i in chosen])
+        tokens = torch.full((len(chosen), int(lengths.max())), prefix_id)
+        for i, row in enumerate(chosen):
+            tokens[i, : len(rows[row])] = rows[row]  # right-padded: never attended to or scored
+        logits = model(tokens.to(model.cfg.device), return_type="logits").cpu()
         scored = torch.arange(tokens.shape[1] - 1)[None] < (lengths - 1)[:, None]
-        scores[start : start + len(batch)] = (chosen * scored).sum(1).numpy()
+        scores[chosen] = (token_log_probs(logits, tokens) * scored).sum(1).numpy()
     return scores
 
 

@@ -39,6 +39,7 @@ from transformer_lens import HookedTransformer
 from circuitlasso.circuits.features import LabelFit
 from circuitlasso.data.models import check_sae_fits
 from circuitlasso.estimator import CircuitLasso
+from circuitlasso.evaluation.acceptability import token_log_probs
 from circuitlasso.forward import Model, SAEMap, mean_over_real, sae_layers
 
 
@@ -181,8 +182,7 @@ class MinimalPairMargin:
         tokens, real = tokens.to(x.device), real.to(x.device)
         if bool(real[:, 0].any()):
             raise ValueError("a sentence starts without a BOS: its first token has no context")
-        log_p = x[:, :-1].double().log_softmax(-1)
-        chosen = log_p.gather(-1, tokens[:, 1:, None])[..., 0]
+        chosen = token_log_probs(x, tokens)
         return torch.where(real[:, 1:], chosen, torch.zeros_like(chosen)).sum(1)
 
 
