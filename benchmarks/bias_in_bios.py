@@ -1,17 +1,23 @@
-"""Bias in Bios debiasing on the toy world: the paper's Tables 1 and 2 for every method.
+"""Bias in Bios debiasing: the paper's Tables 1 and 2 for every method, over several data seeds.
 
-Runs :func:`circuitlasso.evaluation.debias.compare_methods` on the toy world's language model
-and SAEs (probes on ``blocks.3.hook_resid_post``, SHIFT over the SAEs of layers 0-3, CircuitLasso on
-layer 3) and toy Bias in Bios, with the automatic gender-feature rule. Prints Table 2 (profession,
-gender and worst-group accuracy on the balanced test set, percent), Table 1 (SAE features removed
-and seconds to build the classifier), the ablation (CircuitLasso's classifier without and with
-the removal of gender features), the automatic gender-feature rule against the toy world's ground
-truth (precision and recall of its calls among SHIFT's and CircuitLasso's candidates) and, as its
-last line, one JSON object: per method ``profession``, ``gender``, ``worst_group``, ``features``
-(null where none are removed) and ``seconds``.
+Runs :func:`circuitlasso.evaluation.debias.compare_methods` once per seed on a model and its SAEs
+(:func:`circuitlasso.evaluation.debias.load_run`: every SAE the model has up to the probes'
+layer): by default the toy world (probes on ``blocks.3.hook_resid_post``) on toy Bias in Bios;
+``--model smollm2-135m`` the real decoder on the biographies generated here
+(``synthetic_bios``; probes on block 19's output, the paper's relative depth: Pythia-70M's
+layer 4 of 6; SHIFT over the SAEs of blocks 4, 9, 14 and 19), with the automatic gender-feature
+rule. Each seed draws the splits' rows (``--max-prompts`` per split) and the random control.
 
-    python benchmarks/bias_in_bios.py               # about a minute and a half on one core
-    python benchmarks/bias_in_bios.py --layer 2 --threads 2
+Prints each seed's Table 2 (profession, gender and worst-group accuracy on the balanced test set,
+percent), then every method's mean and standard deviation over the seeds, Table 1 (SAE features
+removed and seconds), the share of the worst-group gap between ORIGINAL and ORACLE each method
+closes, on the toy world the rule against its ground truth (first seed), and, as its last line,
+one JSON object: per method the mean and standard deviation of ``profession``, ``gender``,
+``worst_group``, ``features`` (null where none are removed) and ``seconds``, and the seeds.
+
+    python benchmarks/bias_in_bios.py                                 # about 2 minutes a seed
+    python benchmarks/bias_in_bios.py --seeds 0 1 2
+    python benchmarks/bias_in_bios.py --model smollm2-135m --seeds 0 1 2   # minutes a seed
 """
 
 from __future__ import annotations
@@ -23,59 +29,87 @@ import warnings
 import pandas as pd
 import torch
 
-from circuitlasso.data.models import load_model, load_saes
 from circuitlasso.evaluation.debias import (
     TOY_CONCEPTS,
     ComparisonOptions,
-    ablation_table,
     compare_methods,
+    gap_closed,
+    load_run,
     load_splits,
-    removal_table,
     rule_vs_toy_truth,
 )
+from circuitlasso.evaluation.debias.tables import SCORES
+
+# model -> (layer, data set, options): the toy world's as the toy section runs it; the decoder's
+# at the sizes of one CPU core (fewer texts and integration steps than the paper's GPUs ran)
+SETTINGS = {
+    "toy": (3, "toy_bias_in_bios", {}),
+    "smollm2-135m": (
+        19,
+        "synthetic_bios",
+        {"lam_ratio": 0.01, "attribution_prompts": 100, "steps": 5, "label_prompts": 100},
+    ),
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layer", type=int, default=3, help="the layer the probes read")
+    parser.add_argument("--model", choices=sorted(SETTINGS), default="toy")
+    parser.add_argument("--layer", type=int, help="the layer the probes read (default: above)")
+    parser.add_argument("--professions", nargs=2, default=["professor", "nurse"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--max-prompts", type=int, help="rows per split (default: every row)")
     parser.add_argument("--n-candidates", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     return parser.parse_args(argv)
+
+
+def mean_and_spread(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each method's mean and standard deviation (ddof 1; 0 for one seed) over ``tables``."""
+    stacked = pd.concat(tables, keys=range(len(tables)), names=["seed", "method"])
+    numbers = stacked[[*SCORES, "features", "seconds"]].astype(float)
+    grouped = numbers.groupby(level="method", sort=False)
+    return pd.concat({"mean": grouped.mean(), "std": grouped.std(ddof=1).fillna(0.0)}, axis=1)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    model = load_model("toy")
-    saes = load_saes("toy", range(args.layer + 1), model=model)
-    splits = load_splits("toy_bias_in_bios", ("professor", "nurse"), seed=args.seed)
-    options = ComparisonOptions(n_candidates=args.n_candidates)
-    result = compare_methods(model, saes, args.layer, splits, ("professor", "nurse"),
-                             TOY_CONCEPTS, options)  # fmt: skip
-    table = result.table
-    with pd.option_context("display.width", 120):
-        print("Table 2: accuracy on the balanced test set (%)")
-        print(table[["profession", "gender", "worst_group"]].round(1).to_string())
-        print("\nTable 1: SAE features removed and seconds to build the classifier")
-        print(removal_table(table).to_string())
-        print("\nAblation: CircuitLasso without and with the removal step")
-        print(ablation_table(table).to_string())
-        print("\nThe automatic gender-feature rule against the toy world's ground truth")
-        truth = rule_vs_toy_truth(model, saes, result, splits)
-        print(truth.round(3).to_string(index=False))
+    default_layer, dataset, settings = SETTINGS[args.model]
+    layer = default_layer if args.layer is None else args.layer
+    model, saes = load_run(args.model, layer)
+    print(f"{args.model}: probes on layer {layer}, SAEs of layers {sorted(saes)}; {dataset}")
+    tables = []
+    for seed in args.seeds:
+        splits = load_splits(dataset, args.professions, seed=seed, max_prompts=args.max_prompts)
+        options = ComparisonOptions(n_candidates=args.n_candidates, seed=seed, **settings)
+        result = compare_methods(model, saes, layer, splits, args.professions, TOY_CONCEPTS,
+                                 options)  # fmt: skip
+        tables.append(result.table)
+        print(f"\nseed {seed}: Table 2, accuracy on the balanced test set (%)")
+        print(result.table[SCORES].round(1).to_string())
+        if args.model == "toy" and seed == args.seeds[0]:
+            print("\nThe automatic gender-feature rule against the toy world's ground truth")
+            print(rule_vs_toy_truth(model, saes, result, splits).round(3).to_string(index=False))
+    spread = mean_and_spread(tables)
+    with pd.option_context("display.width", 160):
+        print(f"\nTable 2 over seeds {args.seeds}: mean and standard deviation (%)")
+        print(spread[[("mean", s) for s in SCORES] + [("std", s) for s in SCORES]].round(1))
+        print("\nTable 1: SAE features removed and seconds (means over the seeds)")
+        print(spread["mean"][["features", "seconds"]].dropna().round(1).to_string())
+        print("\nWorst-group gap between ORIGINAL and ORACLE closed (means over the seeds)")
+        print(gap_closed(spread["mean"]).to_string())
     summary = {
         method: {
-            "profession": round(float(row["profession"]), 2),
-            "gender": round(float(row["gender"]), 2),
-            "worst_group": round(float(row["worst_group"]), 2),
-            "features": None if pd.isna(row["features"]) else int(row["features"]),
-            "seconds": round(float(row["seconds"]), 2),
+            f"{stat}_{column}": None if pd.isna(value) else round(float(value), 2)
+            for stat in ("mean", "std")
+            for column in [*SCORES, "features", "seconds"]
+            for value in [spread.loc[method, (stat, column)]]
         }
-        for method, row in table.iterrows()
+        for method in spread.index
     }
-    print(json.dumps(summary))
+    print(json.dumps({"model": args.model, "layer": layer, "seeds": args.seeds, **summary}))
 
 
 if __name__ == "__main__":

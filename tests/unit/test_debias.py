@@ -45,6 +45,7 @@ from circuitlasso.evaluation.debias import (
     pooled_activations,
     precision_recall,
     rule_vs_toy_truth,
+    swap_effects,
     targets,
     toy_truth,
     zero_columns,
@@ -304,7 +305,7 @@ def test_bad_inputs_raise_errors_naming_the_problem(
         pooled_activations(model, HOOK, ["he teaches ."], saes=saes, zeroed=[(1, 10**6)])
     with pytest.raises(ValueError, match="SAEs of layers \\[3\\] read past"):
         ig_scores(model, saes, probe, "blocks.2.hook_resid_post", ["he teaches ."], np.ones(1))
-    with pytest.raises(ValueError, match="missing \\[2, 3\\]"):
+    with pytest.raises(ValueError, match=r"layer 3, which saes lacks \(layers \[0, 1\]\)"):
         compare_methods(model, {0: saes[0], 1: saes[1]}, LAST, splits, PROFESSIONS, TOY_CONCEPTS)
     # The hub loader's path, on a local copy in the hub's format with too few biographies.
     source = write_bias_in_bios(
@@ -356,11 +357,13 @@ def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(
     assert list(table.index) == [
         "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain",
         "CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain",
+        "control: random features", "control: gender rule alone",
     ]  # fmt: skip
     assert list(table.columns) == ["profession", "gender", "worst_group", "features", "seconds"]
     for edited, original in (("SHIFT", "ORIGINAL"), ("SHIFT-retrain", "ORIGINAL"),
                              ("CircuitLasso", "CircuitLasso-no-removal"),
-                             ("CircuitLasso-retrain", "CircuitLasso-no-removal")):  # fmt: skip
+                             ("CircuitLasso-retrain", "CircuitLasso-no-removal"),
+                             ("control: random features", "CircuitLasso-no-removal")):  # fmt: skip
         assert table.loc[edited, "features"] == 0
         pd.testing.assert_series_equal(
             table.loc[edited, ["profession", "gender", "worst_group"]],
@@ -376,6 +379,8 @@ def test_compare_methods_with_nothing_removed_keeps_the_original_classifiers(
     assert seconds["LINEAR PROBING"] == pytest.approx(collect + 512 + 1024)
     assert seconds["CircuitLasso"] == pytest.approx(collect + 512 + 64)
     assert seconds["CircuitLasso-retrain"] == pytest.approx(seconds["CircuitLasso"] + 2048 + 256)
+    assert seconds["control: random features"] == seconds["CircuitLasso"]  # other features
+    assert seconds["control: gender rule alone"] == seconds["ORIGINAL"]  # the probe it edits
     assert len(result.candidates["SHIFT"]) == 10 and not result.candidates["SHIFT"]["removed"].any()
     assert table.loc["ORACLE", "worst_group"] > table.loc["ORIGINAL", "worst_group"]
 
@@ -440,7 +445,23 @@ def test_compare_methods_removes_the_chosen_features_as_by_hand(toy, splits, tmp
                              shift_gender=[list(node) for node in gendered],
                              circuitlasso_gender=[[LAST, f] for f in top])  # fmt: skip
     table = result.table
+    drawn = result.removed.pop("control: random features")
+    flagged = result.removed.pop("control: gender rule alone")
     assert result.removed == {"SHIFT": gendered, "CircuitLasso": [(LAST, f) for f in top]}
+    # the controls: as many features as CircuitLasso removes, drawn from its ten candidates and
+    # zeroed in its classifier; and every feature of the layer whose gender swap moves it at
+    # least the rule's threshold, zeroed in the model for the ORIGINAL probe to read
+    candidates = result.candidates["CircuitLasso"]["feature"].tolist()
+    assert len(drawn) == len(set(drawn)) == 6 and {f for _, f in drawn} <= set(candidates)
+    assert drawn != [(LAST, f) for f in top]
+    dense = Z_test.toarray()
+    dense[:, [f for _, f in drawn]] = 0.0
+    by_hand["control: random features"] = (fit.predict_proba(dense) > 0.5).astype(int)
+    every = [(LAST, f) for f in range(saes[LAST].cfg.d_sae)]
+    effects = swap_effects(model, saes, every, texts["ambiguous_train"][:32], batch_size=32)
+    assert flagged == [node for node, e in zip(every, effects, strict=True) if e >= 0.25]
+    assert 0 < len(flagged) < len(every)
+    by_hand["control: gender rule alone"] = original.predict(pool("balanced_test", flagged))
     expected = {name: accuracies(predictions, test, PROFESSIONS)
                 for name, predictions in by_hand.items()}  # fmt: skip
     for name, row in expected.items():

@@ -82,6 +82,27 @@ def test_load_run_rejects_a_layer_the_model_lacks() -> None:
         debias.load_run("toy", -1)
 
 
+def test_load_run_of_the_decoder_reads_its_shipped_saes_up_to_the_probe(
+    monkeypatch: pytest.MonkeyPatch, gpt2_tokenizer_dir: Path
+) -> None:
+    # SmolLM2's SAEs read blocks 4, 9, 14, 19, 24 and 29 only: SHIFT gets those up to the probe
+    tiny = models.tiny_gpt2(n_layers=30, d_model=16, n_heads=2,
+                            tokenizer=models.gpt2_tokenizer(gpt2_tokenizer_dir))  # fmt: skip
+    requested: list[list[int]] = []
+
+    def shipped(name: str, layers, hook: str, **kwargs) -> dict[int, str]:
+        requested.append(list(layers))
+        return {layer: f"sae {layer}" for layer in layers}
+
+    monkeypatch.setattr(runs, "load_model", lambda name, device: tiny)
+    monkeypatch.setattr(runs, "load_saes", shipped)
+    model, saes = debias.load_run("smollm2-135m", 19)
+    assert model is tiny and requested == [[4, 9, 14, 19]] and list(saes) == [4, 9, 14, 19]
+    with pytest.raises(ValueError, match=r"layers \[4, 9, 14, 19, 24, 29\]; the probes read "
+                                         r"layer 10, which has none"):  # fmt: skip
+        debias.load_run("smollm2-135m", 10)
+
+
 def test_compare_models_runs_each_model_at_its_layer_with_its_own_manual_features(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

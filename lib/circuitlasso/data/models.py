@@ -275,6 +275,17 @@ def model_decisions(
     return lambda sentences: decisions(model, sentences)
 
 
+def sae_layers_of(name: str, n_layers: int) -> list[int]:
+    """The layers whose output :func:`load_saes` has an SAE for on model ``name`` of
+    ``n_layers`` layers: SmolLM2's shipped ones
+    (:data:`~circuitlasso.data.smollm2_saes.SAE_LAYERS`), every layer for the other models."""
+    if name == DECODER_NAME:
+        from circuitlasso.data.smollm2_saes import SAE_LAYERS
+
+        return list(SAE_LAYERS)
+    return list(range(n_layers))
+
+
 def load_saes(
     name: str,
     layers: Iterable[int | str],

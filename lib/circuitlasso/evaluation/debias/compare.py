@@ -23,6 +23,11 @@ cache when a run collected them before, timed as that first collection took
   the gender features among them zeroed in the features fed to the same classifier; -retrain
   refits ``A_{s,y}`` with those features zeroed. CircuitLasso-no-removal, the ablation, is the
   same classifier with nothing zeroed: what the removal step changes.
+- Two controls. *Random features*: CircuitLasso's classifier with as many features zeroed as
+  it removes, drawn at random (seeded) from its candidates. *Gender rule alone*: no circuit and
+  no attribution ranks the features; every feature of the probes' layer that the gender rule
+  flags (its swap effect over the same texts at the same threshold) is zeroed in the model, as
+  SHIFT zeroes its choice, and the ORIGINAL probe reads the edited activations.
 
 :func:`compare_methods` runs them all into a :class:`Comparison`: one row per method, and the
 candidates each feature-removal method ranked (:func:`describe`) and removed
@@ -75,8 +80,8 @@ class Method:
 @dataclass(frozen=True)
 class Comparison:
     """The results ``table`` (one row per method: Table 2's accuracies, Table 1's features and
-    seconds) and, for SHIFT and CircuitLasso, the ranked ``candidates`` (:func:`describe`, plus a
-    column ``removed``) and the ``removed`` gender features."""
+    seconds); for SHIFT and CircuitLasso, the ranked ``candidates`` (:func:`describe`, plus a
+    column ``removed``); and the features each of them and each control ``removed``."""
 
     table: pd.DataFrame
     candidates: dict[str, pd.DataFrame]
@@ -140,9 +145,12 @@ def _marks(candidates: pd.DataFrame, nodes: Sequence[Node]) -> list[bool]:
     return [node in set(nodes) for node in pairs]
 
 
+RANDOM_CONTROL = "control: random features"
+RULE_CONTROL = "control: gender rule alone"
 METHODS = (
     "ORIGINAL", "CBP", "ORACLE", "LINEAR PROBING", "SHIFT", "SHIFT-retrain",
-    "CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain",
+    "CircuitLasso-no-removal", "CircuitLasso", "CircuitLasso-retrain", RANDOM_CONTROL,
+    RULE_CONTROL,
 )  # fmt: skip
 
 
@@ -174,17 +182,29 @@ class _Task:
             batch_size=self.batch_size,
         )
 
+    @property
+    def label_texts(self) -> list[str]:
+        return self.texts["ambiguous_train"][: self.label_prompts]
+
     def candidates(self, ranking: list[Node], scores: Mapping[int, np.ndarray]) -> pd.DataFrame:
-        prompts = self.texts["ambiguous_train"][: self.label_prompts]
         return describe(
             self.model,
             self.saes,
             ranking,
             scores,
-            prompts,
+            self.label_texts,
             threshold=self.threshold,
             batch_size=self.batch_size,
         )
+
+    def flagged_alone(self) -> list[Node]:
+        """The layer's features the gender rule flags with no ranking before it."""
+        every = [(self.layer, f) for f in range(self.saes[self.layer].cfg.d_sae)]
+        effects = swap_effects(self.model, self.saes, every, self.label_texts,
+                               batch_size=self.batch_size)  # fmt: skip
+        return [
+            node for node, effect in zip(every, effects, strict=True) if effect >= self.threshold
+        ]
 
 
 def _probe_methods(
@@ -233,7 +253,7 @@ def _shift_methods(
 ) -> tuple[list[Method], pd.DataFrame, list[Node]]:
     """SHIFT and SHIFT-retrain; their candidates and removed features."""
     y = task.y["ambiguous_train"]
-    saes = {s: task.saes[s] for s in range(task.layer + 1)}
+    saes = {s: sae for s, sae in task.saes.items() if s <= task.layer}
     prompts = task.texts["ambiguous_train"][:attribution_prompts]
     clock = Stopwatch()
     with clock.timed("ig"):
@@ -268,10 +288,16 @@ def _shift_methods(
 
 
 def _lasso_methods(
-    task: _Task, manual: Sequence[Sequence[int]] | None, *, lam_ratio: float, n_candidates: int
-) -> tuple[list[Method], pd.DataFrame, list[Node]]:
-    """LINEAR PROBING, CircuitLasso-no-removal, CircuitLasso and CircuitLasso-retrain; the
-    candidates and removed features of CircuitLasso."""
+    task: _Task,
+    manual: Sequence[Sequence[int]] | None,
+    *,
+    lam_ratio: float,
+    n_candidates: int,
+    seed: int,
+) -> tuple[list[Method], pd.DataFrame, dict[str, list[Node]]]:
+    """LINEAR PROBING, CircuitLasso-no-removal, CircuitLasso, CircuitLasso-retrain and the
+    random control (module docstring; drawn with ``seed``); CircuitLasso's candidates; the
+    features CircuitLasso and the control removed."""
     layer, y = task.layer, task.y["ambiguous_train"]
 
     def collect(split: str) -> LayerFeatures:
@@ -304,6 +330,9 @@ def _lasso_methods(
     with clock.timed("refit"):  # the same lam as the fit: its ratio of the zeroed lam_max
         refit = fit_label(Z_zeroed, y, fit.lam / label_lam_max(Z_zeroed, y), layer=layer)
     Z_test_zeroed = zero_columns(Z_test, features)
+    ranked = [feature for _, feature in ranking]
+    drawn = np.random.default_rng(seed).choice(ranked, size=min(len(features), len(ranked)),
+                                               replace=False).tolist()  # fmt: skip
     t = clock.laps
     seconds = t["collect"] + t["l1"] + t["rank"]
     methods = [
@@ -321,8 +350,20 @@ def _lasso_methods(
             len(features),
             seconds + t["zero"] + t["refit"],
         ),
+        Method(RANDOM_CONTROL, _classes(fit, zero_columns(Z_test, drawn)), len(drawn), seconds),
     ]
-    return methods, candidates, removed
+    return (
+        methods,
+        candidates,
+        {"CircuitLasso": removed, RANDOM_CONTROL: [(layer, f) for f in drawn]},
+    )
+
+
+def _rule_control(task: _Task, original: Probe, t_original: float) -> tuple[Method, list[Node]]:
+    """The gender rule alone (module docstring) and the features it zeroed."""
+    flagged = task.flagged_alone()
+    X_test = task.pool("balanced_test", flagged)
+    return Method(RULE_CONTROL, original.predict(X_test), len(flagged), t_original), flagged
 
 
 @dataclass(frozen=True)
@@ -348,6 +389,8 @@ class ComparisonOptions:
     """The gender rule flags the candidates whose swap effect reaches ``swap_threshold``."""
     batch_size: int = 64
     """Prompts per forward pass."""
+    seed: int = 0
+    """The random control's draw."""
 
 
 def compare_methods(
@@ -366,15 +409,17 @@ def compare_methods(
     (:func:`~circuitlasso.evaluation.debias.data.load_splits`) with ``options`` (default:
     :class:`ComparisonOptions`' own).
 
-    ``saes[l]`` are the residual-stream SAEs of layers ``0..layer``; the probes read the hook of
-    ``saes[layer]``. ``concepts`` maps concept names to short texts. Gender features: the manual
-    lists ``shift_gender`` / ``circuitlasso_gender`` of ``[layer, feature]`` pairs, or (None)
-    the automatic rule of ``options``.
+    ``saes[l]`` are residual-stream SAEs of layers up to ``layer`` (SHIFT attributes on every
+    one; the paper's give every layer ``0..layer``); the probes read the hook of
+    ``saes[layer]``. ``concepts`` maps concept names to short texts. Gender features: the
+    manual lists ``shift_gender`` / ``circuitlasso_gender`` of ``[layer, feature]`` pairs, or
+    (None) the automatic rule of ``options``.
     """
     options = options or ComparisonOptions()
-    missing = [s for s in range(layer + 1) if s not in saes]
-    if layer < 0 or missing:
-        raise ValueError(f"SHIFT needs the SAEs of layers 0..{layer}; missing {missing}")
+    if layer < 0 or layer not in saes:
+        raise ValueError(
+            f"the probes read the SAE of layer {layer}, which saes lacks (layers {sorted(saes)})"
+        )
     kept = bottleneck(concepts, options.gender_concepts)
     task = _Task(
         model,
@@ -399,9 +444,14 @@ def compare_methods(
         steps=options.steps,
     )
     lasso, lasso_candidates, lasso_removed = _lasso_methods(
-        task, circuitlasso_gender, lam_ratio=options.lam_ratio, n_candidates=options.n_candidates
+        task,
+        circuitlasso_gender,
+        lam_ratio=options.lam_ratio,
+        n_candidates=options.n_candidates,
+        seed=options.seed,
     )
-    by_name = {m.name: m for m in (*probes, *shift, *lasso)}
+    rule, rule_removed = _rule_control(task, original, t_original)
+    by_name = {m.name: m for m in (*probes, *shift, *lasso, rule)}
     test = splits["balanced_test"]
     table = pd.DataFrame(
         [
@@ -417,5 +467,5 @@ def compare_methods(
     return Comparison(
         table,
         {"SHIFT": shift_candidates, "CircuitLasso": lasso_candidates},
-        {"SHIFT": shift_removed, "CircuitLasso": lasso_removed},
+        {"SHIFT": shift_removed, **lasso_removed, RULE_CONTROL: rule_removed},
     )

@@ -11,7 +11,7 @@ import pandas as pd
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from circuitlasso.data.models import load_model, load_saes
+from circuitlasso.data.models import load_model, load_saes, sae_layers_of
 from circuitlasso.evaluation.debias.compare import Comparison, ComparisonOptions, compare_methods
 from circuitlasso.evaluation.debias.data import TOY_CONCEPTS
 from circuitlasso.evaluation.debias.toy import TOY_MODEL, rule_vs_toy_truth
@@ -20,8 +20,10 @@ from circuitlasso.evaluation.debias.toy import TOY_MODEL, rule_vs_toy_truth
 def load_run(
     model_name: str, layer: int, *, device: str = "cpu"
 ) -> tuple[HookedTransformer, dict[int, SAE]]:
-    """The model ``model_name`` and its residual-stream SAEs of layers ``0..layer``, keyed by
-    layer: what :func:`~circuitlasso.evaluation.debias.compare.compare_methods` needs to probe
+    """The model ``model_name`` and its residual-stream SAEs up to ``layer`` (of every layer
+    ``0..layer``, or of those it has, :func:`~circuitlasso.data.models.sae_layers_of`: SmolLM2's
+    blocks 4, 9, ...), keyed by layer: what
+    :func:`~circuitlasso.evaluation.debias.compare.compare_methods` needs to probe
     ``blocks.<layer>.hook_resid_post`` (SHIFT reads every SAE up to it). Hub models and SAE
     releases as :func:`~circuitlasso.data.models.load_model` and
     :func:`~circuitlasso.data.models.load_saes` name them (Pythia-70M-deduped: Marks et al.'s;
@@ -35,7 +37,13 @@ def load_run(
         raise ValueError(
             f"{model_name} has layers 0..{model.cfg.n_layers - 1}; cannot probe layer {layer}"
         )
-    saes = load_saes(model_name, range(layer + 1), "resid_post", device=device, model=model)
+    held = [s for s in sae_layers_of(model_name, model.cfg.n_layers) if s <= layer]
+    if layer not in held:
+        raise ValueError(
+            f"{model_name} has SAEs on layers {sae_layers_of(model_name, model.cfg.n_layers)}; "
+            f"the probes read layer {layer}, which has none"
+        )
+    saes = load_saes(model_name, held, "resid_post", device=device, model=model)
     return model, saes
 
 

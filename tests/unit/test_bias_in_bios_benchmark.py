@@ -1,0 +1,62 @@
+"""benchmarks/bias_in_bios.py over several seeds: each seed's splits and random control drawn with
+it, and every method's mean and standard deviation over the seeds (the comparison itself is
+replaced by a recorder, its own tests being in test_debias.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from circuitlasso.evaluation.debias import Comparison
+
+METHODS = ["ORIGINAL", "ORACLE", "CircuitLasso"]
+
+
+def _table(seed: int) -> pd.DataFrame:
+    rows = {
+        "ORIGINAL": [80 + seed, 70.0, 30 + 2 * seed, np.nan, 1.0],
+        "ORACLE": [100.0, 50.0, 100.0, np.nan, 2.0],
+        "CircuitLasso": [90.0, 50 + seed, 60 + 4 * seed, 5 + seed, 3.0],
+    }
+    columns = ["profession", "gender", "worst_group", "features", "seconds"]
+    return pd.DataFrame.from_dict(rows, orient="index", columns=columns).rename_axis("method")
+
+
+def test_the_benchmark_gives_each_methods_mean_and_spread_over_the_seeds(
+    benchmark_script, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    script = benchmark_script("bias_in_bios")
+    calls: list[tuple] = []
+    monkeypatch.setattr(script, "load_run", lambda name, layer: ("model", {layer: "sae"}))
+
+    def splits(dataset, professions, *, seed, max_prompts):
+        calls.append(("splits", dataset, seed, max_prompts))
+        return {"seed": seed}
+
+    def compare(model, saes, layer, found, professions, concepts, options):
+        calls.append(("compare", layer, found["seed"], options.seed, options.lam_ratio))
+        return Comparison(_table(found["seed"]), {}, {})
+
+    monkeypatch.setattr(script, "load_splits", splits)
+    monkeypatch.setattr(script, "compare_methods", compare)
+    script.main(["--model", "smollm2-135m", "--seeds", "0", "2", "4", "--max-prompts", "50"])
+
+    assert calls[::2] == [("splits", "synthetic_bios", s, 50) for s in (0, 2, 4)]
+    assert calls[1::2] == [("compare", 19, s, s, 0.01) for s in (0, 2, 4)]
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["model"] == "smollm2-135m" and line["layer"] == 19 and line["seeds"] == [0, 2, 4]
+    # seeds 0, 2, 4: ORIGINAL's worst group 30, 34, 38 -> mean 34, sample std 4
+    assert line["ORIGINAL"]["mean_worst_group"] == 34.0 and line["ORIGINAL"]["std_worst_group"] == 4
+    assert line["CircuitLasso"]["mean_worst_group"] == 68.0
+    assert line["CircuitLasso"]["std_worst_group"] == pytest.approx(8.0)
+    assert line["CircuitLasso"]["mean_features"] == 7.0 and line["ORACLE"]["std_profession"] == 0
+    assert line["ORIGINAL"]["mean_features"] is None  # removes no feature: no count
+
+
+def test_one_seed_has_no_spread(benchmark_script) -> None:
+    spread = benchmark_script("bias_in_bios").mean_and_spread([_table(1)])
+    assert (spread["std"].drop(columns="features").to_numpy() == 0).all()
+    assert spread.loc["CircuitLasso", ("mean", "worst_group")] == 64.0
