@@ -79,6 +79,13 @@ def test_the_sets_are_the_hub_loaders_construction_of_the_same_rows(tmp_path: Pa
     assert sizes.to_dict() == {(p, g): sb.PER_GROUP["train"] for p in pair for g in GENDERS}
     splits = load_splits("synthetic_bios", pair, seed=3, max_prompts=100)
     assert {name: len(frame) for name, frame in splits.items()} == dict.fromkeys(splits, 100)
+    # a cut keeps a balanced split balanced (a plain sample of 300 of professor/nurse's 1,200
+    # balanced test rows, seed 0, put 57.3% of them on the ambiguous set's diagonal: groups of
+    # 83, 55, 73 and 89), and its groups shuffled together
+    for name, frame in splits.items():
+        sizes = set(frame.groupby(["profession", "gender"]).size())
+        assert sizes == ({25} if name.startswith("balanced") else {50}), name
+    assert splits["ambiguous_train"]["profession"].iloc[:10].nunique() == 2
 
 
 def test_bad_requests_are_named() -> None:

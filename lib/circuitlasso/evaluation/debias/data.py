@@ -45,7 +45,8 @@ def load_splits(
 ) -> dict[str, pd.DataFrame]:
     """The four splits of ``dataset`` (one of :data:`DATASETS`: the toy world's, the hub's, the
     biographies generated here) for ``professions = (a, b)``, each cut to at most
-    ``max_prompts`` rows by a seeded sample; an unknown profession, an empty split or a missing
+    ``max_prompts`` rows by a seeded sample of equal groups (:func:`_cut`); an unknown
+    profession, an empty split or a missing
     group is an error naming it. ``source``: a local copy of the hub data set (see
     :func:`~circuitlasso.data.bias_in_bios.read_bias_in_bios_split`)."""
     check_professions(professions)
@@ -68,13 +69,25 @@ def load_splits(
     else:
         raise ValueError(f"unknown data set {dataset!r}; valid: {', '.join(DATASETS)}")
     if max_prompts is not None:
-        splits = {
-            name: frame.sample(n=min(max_prompts, len(frame)), random_state=seed)
-            for name, frame in splits.items()
-        }
+        splits = {name: _cut(frame, max_prompts, seed) for name, frame in splits.items()}
     for name in SPLITS:
         check_split(splits.get(name), name, pair)
     return splits
+
+
+def _cut(frame: pd.DataFrame, max_prompts: int, seed: int) -> pd.DataFrame:
+    """At most ``max_prompts`` rows of ``frame``, as many of each (profession, gender) group as
+    it allows (the first groups one more where they do not divide evenly), each a seeded
+    sample, shuffled together: a balanced split stays balanced, and no group comes first."""
+    groups = [group for _, group in frame.groupby(["profession", "gender"], sort=True)]
+    share, extra = divmod(max(max_prompts, 0), max(len(groups), 1))
+    parts = [
+        group.sample(n=min(share + (k < extra), len(group)), random_state=seed)
+        for k, group in enumerate(groups)
+    ]
+    if not parts:
+        return frame.iloc[:0]
+    return pd.concat(parts).sample(frac=1.0, random_state=seed)
 
 
 def group_sizes(splits: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
