@@ -154,6 +154,24 @@ def run_with_hooks(
     return model.run_with_hooks(tokens, fwd_hooks=list(hooks), stop_at_layer=stop_at_layer)
 
 
+def read_logits(
+    model: HookedTransformer, tokens: torch.Tensor, hooks: Sequence[Hook], read: torch.Tensor
+) -> torch.Tensor:
+    """``(B, P, V)`` logits of a decoder's pass on ``tokens: (B, P)`` with forward ``hooks``,
+    unembedded only where ``read: (B, P)`` is True (zeros elsewhere): a metric that reads a few
+    positions needs no other, and unembedding a large vocabulary at every position is a good
+    share of a small model's pass."""
+    tokens = tokens.to(model.cfg.device)
+    resid = model.run_with_hooks(tokens, fwd_hooks=list(hooks), stop_at_layer=model.cfg.n_layers)
+    read = read.to(resid.device)
+    logits = resid.new_zeros(*tokens.shape, model.cfg.d_vocab_out)
+    final = resid[read][:, None]  # (K, 1, d_model)
+    if model.cfg.normalization_type is not None:
+        final = model.ln_final(final)
+    logits[read] = model.unembed(final)[:, 0]
+    return logits
+
+
 def hook_activations(
     model: Model,
     tokens: torch.Tensor,

@@ -1,4 +1,5 @@
-"""The Quickstart page's script, run as a user would: a fresh interpreter in an empty folder.
+"""The Quickstart page's script, run as a user would: a fresh interpreter in an empty folder, with
+the package installed from its wheel (conftest.py's ``installed_quickstart``).
 
 Its circuit is checked against the same pipeline called function by function, and against the
 toy world's planted categories.
@@ -7,12 +8,10 @@ toy world's planted categories.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from installed_wheel import InstalledQuickstart
 from sklearn.model_selection import StratifiedKFold, cross_val_score
 
 import circuitlasso as cl
@@ -29,12 +28,10 @@ def test_the_script_is_short_and_imports_only_circuitlasso(quickstart_script: st
 
 @pytest.mark.slow
 def test_the_script_writes_the_circuit_the_pipeline_traces(
-    tmp_path: Path, quickstart_script: str
+    installed_quickstart: InstalledQuickstart,
 ) -> None:
-    out = subprocess.run([sys.executable, "-c", quickstart_script], cwd=tmp_path,
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
-    circuit = cl.Circuit.load(tmp_path / "circuit.json")
-    ratio, nodes, _, edges = out.split()
+    circuit = cl.Circuit.load(installed_quickstart.run_dir / "circuit.json")
+    ratio, nodes, _, edges = installed_quickstart.stdout.split()
     assert (int(nodes), int(edges)) == (circuit.number_of_nodes(), circuit.number_of_edges())
     # the same steps by hand, with the same settings
     model = cl.load_model("toy")

@@ -14,6 +14,7 @@ from circuitlasso.data.graph import can_feed, graph_nodes
 from circuitlasso.evaluation.eap import edge_attribution_patching, receiver_slots
 from circuitlasso.evaluation.mib import (
     MIB_FRACTIONS,
+    circuit_ends,
     circuit_logit_diff,
     circuits_logit_diff,
     cpr_cmd,
@@ -252,6 +253,9 @@ def test_patching_any_circuit_matches_the_patch_written_out_plainly(share):
         assert not torch.allclose(got, model(tokens.clean), atol=1e-3)
     several = circuits_logit_diff(model, tokens, [circuit, (), edges], batch_size=3)
     assert several[0] == pytest.approx(circuit_logit_diff(model, tokens, circuit), abs=1e-6)
+    # the metric unembeds the last tokens alone: the logit difference of the whole logits
+    whole = float(logit_difference(got, tokens).double().mean())
+    assert several[0] == pytest.approx(whole, abs=1e-5)
     assert several[1:] == pytest.approx(
         [circuit_logit_diff(model, tokens, ()), circuit_logit_diff(model, tokens, edges)],
         abs=1e-6,
@@ -340,3 +344,12 @@ def test_mib_scores_give_the_signed_cpr_and_the_absolute_cmd_computed_by_hand():
     assert both.cpr_abs == pytest.approx(cpr_cmd(fractions, abs_f)[0])
     single = mib_score(model, tokens, scores, fractions, absolute=False)
     assert single.faithfulness == pytest.approx(signed_f, abs=1e-9)
+    # the ends computed once for every scoring on these items give the same curves, and are
+    # the ones the curves read
+    ends = circuit_ends(model, tokens)
+    assert ends == pytest.approx((m_empty, m_full), abs=1e-9)
+    shared = mib_scores(model, tokens, scores, fractions, ends=ends)
+    assert shared.signed.faithfulness == pytest.approx(signed_f, abs=1e-9)
+    moved = mib_score(model, tokens, scores, fractions, absolute=False, ends=(m_empty, 2 * m_full))
+    assert signed_f[1] != pytest.approx(0.0, abs=1e-3)
+    assert moved.faithfulness[1] == pytest.approx((signed_m[1] - m_empty) / (2 * m_full - m_empty))

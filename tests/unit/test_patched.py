@@ -17,12 +17,11 @@ from circuitlasso.evaluation.patched import (
     LAM_EPS,
     N_LAMS,
     _patch_hooks,
-    _read_logits,
     cross_validated_lasso,
     patch_units,
     patched_lasso,
 )
-from circuitlasso.forward import residual_gradient
+from circuitlasso.forward import read_logits, residual_gradient
 
 torch.set_num_threads(1)
 
@@ -132,7 +131,7 @@ def test_logits_read_only_where_the_metric_reads_are_the_models_own(norm, random
     read[0, 2] = True
     with torch.no_grad():
         full = model(tokens.clean)
-        ours = _read_logits(model, tokens.clean, [], read)
+        ours = read_logits(model, tokens.clean, [], read)
     torch.testing.assert_close(ours[read], full[read])
     assert not ours[~read].any()
 

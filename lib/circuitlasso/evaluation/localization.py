@@ -77,7 +77,13 @@ from circuitlasso.evaluation.eap import (
 )
 from circuitlasso.evaluation.head_roles import candidates_in_circuits, direct_effects
 from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS, METHODS, run_method
-from circuitlasso.evaluation.mib import MIB_FRACTIONS, SlotEdge, mib_edges, mib_scores
+from circuitlasso.evaluation.mib import (
+    MIB_FRACTIONS,
+    SlotEdge,
+    circuit_ends,
+    mib_edges,
+    mib_scores,
+)
 from circuitlasso.evaluation.patched import PATCHED_ROWS
 from circuitlasso.timing import Stopwatch
 
@@ -227,13 +233,17 @@ def score_method(
     train: TaskTokens,
     test: TaskTokens,
     settings: LocalizationSettings = LocalizationSettings(),
+    ends: tuple[float, float] | None = None,
 ) -> dict[str, object]:
     """One (task, method) row: the seconds to find the scores on ``train``, their MIB scores on
-    ``test`` and the top heads (:func:`head_scores`)."""
+    ``test`` (``ends``: the empty and full circuits' metric there, when already known) and the
+    top heads (:func:`head_scores`)."""
     clock = Stopwatch()
     scores = find_scores(method, model, train, settings)
     seconds = clock.lap("find")
-    score = mib_scores(model, test, scores, settings.fractions, memory_gib=settings.memory_gib)
+    score = mib_scores(
+        model, test, scores, settings.fractions, memory_gib=settings.memory_gib, ends=ends
+    )
     return {
         "seconds": seconds,
         "cpr": score.cpr,
@@ -427,12 +437,16 @@ def _compare(
     }
     digest = model_digest(model) if store is not None else ""
     rows = []
+    ends: dict[str, tuple[float, float]] = {}  # per task, shared by its methods' scorings
     work = [(task, method) for task in tasks for method in settings.methods]
     for task, method in tqdm(work, desc="methods", disable=not progress):
         train, test = tokens[task]
 
-        def run(method: str = method, train: TaskTokens = train, test: TaskTokens = test):
-            return score_method(method, model, train, test, settings)
+        def run(method: str = method, task: str = task) -> dict[str, object]:
+            train, test = tokens[task]
+            if task not in ends:
+                ends[task] = circuit_ends(model, test, memory_gib=settings.memory_gib)
+            return score_method(method, model, train, test, settings, ends[task])
 
         if store is None:
             row = run()

@@ -68,6 +68,7 @@ from circuitlasso.evaluation.eap import (
     receiver_slots,
     sender_outputs,
 )
+from circuitlasso.forward import read_logits
 
 SlotEdge = tuple[str, str]  # (sender node, receiver slot): ("a0.h1", "a2.h0.q"), ("m0", "output")
 MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -274,9 +275,11 @@ def _patched_logits(
     clean: torch.Tensor,
     counter_outputs: torch.Tensor,
     inside: torch.Tensor,
+    read: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits ``(B, P, V)`` on ``clean`` with every edge of ``graph`` outside ``inside: (S, R)``
-    patched with its sender's output in ``counter_outputs: (S, B, P, D)``.
+    patched with its sender's output in ``counter_outputs: (S, B, P, D)``; only where ``read:
+    (B, P)`` is True when it is given (zeros elsewhere, :func:`~circuitlasso.forward.read_logits`).
 
     A receiver adds, over its patched senders, the sender's counterfactual output minus its
     output in this pass. Senders run in computation order and every sender that can feed a
@@ -292,8 +295,7 @@ def _patched_logits(
         if patched[:, j].any():
             slots_by_hook.setdefault(slot.hook, []).append((slot.head, j))
     if not slots_by_hook:  # the full circuit: the clean run itself
-        with torch.no_grad(), heads_summed(model):
-            return model(clean.to(model.cfg.device))
+        return _logits(model, clean, [], read)
     like = counter_outputs[0, 0, 0, 0]
     receivers = {
         hook: _HookUpdate.of(slots, graph, inside, like) for hook, slots in slots_by_hook.items()
@@ -321,8 +323,18 @@ def _patched_logits(
 
     hooks: list = [(h, record) for h in reads]
     hooks += [(h, patch) for h in receivers]
+    return _logits(model, clean, hooks, read)
+
+
+def _logits(
+    model: HookedTransformer, tokens: torch.Tensor, hooks: list, read: torch.Tensor | None
+) -> torch.Tensor:
+    """``(B, P, V)`` logits of a pass with ``hooks``, heads summed, no gradients; only where
+    ``read: (B, P)`` is True when it is given."""
     with torch.no_grad(), heads_summed(model):
-        return model.run_with_hooks(clean.to(model.cfg.device), fwd_hooks=hooks)
+        if read is not None:
+            return read_logits(model, tokens, hooks, read)
+        return model.run_with_hooks(tokens.to(model.cfg.device), fwd_hooks=hooks)
 
 
 def edge_patched_logits(
@@ -353,6 +365,8 @@ def circuits_logit_diff(
     ``batch_size`` items at a time (by default as many as fit in ``memory_gib``); each batch's
     counterfactual run serves every circuit."""
     check_patching_inputs(model, tokens.clean, tokens.counterfactual)
+    if not circuits:
+        return []
     graph = _EdgeGraph.of(model)
     insides = [graph.inside(circuit) for circuit in circuits]
     if batch_size is None:
@@ -365,7 +379,7 @@ def circuits_logit_diff(
         batch = tokens.rows(slice(start, start + batch_size))
         counter = graph.counterfactual_outputs(model, batch.counterfactual.to(model.cfg.device))
         for k, inside in enumerate(insides):
-            logits = _patched_logits(model, graph, batch.clean, counter, inside)
+            logits = _patched_logits(model, graph, batch.clean, counter, inside, batch.last_mask)
             totals[k] += float(logit_difference(logits, batch).double().sum())
     return [total / len(tokens) for total in totals]
 
@@ -435,6 +449,20 @@ def faithfulness(m: float, m_empty: float, m_full: float) -> float:
     return (m - m_empty) / (m_full - m_empty)
 
 
+def circuit_ends(
+    model: HookedTransformer,
+    tokens: TaskTokens,
+    batch_size: int | None = None,
+    memory_gib: float = DEFAULT_PASS_GIB,
+) -> tuple[float, float]:
+    """``(m(empty), m(full))`` on ``tokens``: the counterfactual and the clean run's metric,
+    shared by every scoring on the same items (``ends`` of :func:`mib_score`)."""
+    m_empty, m_full = circuits_logit_diff(
+        model, tokens, [(), mib_edges(model)], batch_size, memory_gib
+    )
+    return m_empty, m_full
+
+
 def _curves(
     model: HookedTransformer,
     tokens: TaskTokens,
@@ -442,20 +470,25 @@ def _curves(
     fracs: tuple[float, ...],
     batch_size: int | None,
     memory_gib: float,
+    ends: tuple[float, float] | None,
 ) -> list[MIBScore]:
     """The MIB curve of each ranking of ``orders`` (every MIB edge, first to last), all scored
-    in one set of patched passes (:func:`circuits_logit_diff`)."""
+    in one set of patched passes (:func:`circuits_logit_diff`), with the empty and full
+    circuits' metric ``ends`` when given (:func:`circuit_ends`)."""
     if not all(0 < x <= 1 for x in fracs):
         raise ValueError(f"fractions must lie in (0, 1], got {fracs}")
     edges = mib_edges(model)
     n_edges = len(edges)
     budgets = [int(fraction * n_edges) for fraction in fracs]  # MIB's rounding
     circuits = [prune(model, frozenset(order[:n])) for order in orders for n in budgets]
-    distinct = list(dict.fromkeys(circuits))  # rankings that agree share their passes
-    m_empty, m_full, *found = circuits_logit_diff(
-        model, tokens, [(), edges, *distinct], batch_size, memory_gib
-    )
-    values = [found[distinct.index(circuit)] for circuit in circuits]
+    if ends is None:
+        ends = circuit_ends(model, tokens, batch_size, memory_gib)
+    m_empty, m_full = ends
+    known = {frozenset(): m_empty, frozenset(edges): m_full}
+    distinct = [c for c in dict.fromkeys(circuits) if c not in known]  # shared passes
+    found = circuits_logit_diff(model, tokens, distinct, batch_size, memory_gib)
+    known.update(zip(distinct, found, strict=True))
+    values = [known[circuit] for circuit in circuits]
     out = []
     for k in range(len(orders)):
         m = values[k * len(budgets) : (k + 1) * len(budgets)]
@@ -488,9 +521,11 @@ def mib_score(
     absolute: bool = True,
     batch_size: int | None = None,
     memory_gib: float = DEFAULT_PASS_GIB,
+    ends: tuple[float, float] | None = None,
 ) -> MIBScore:
     """MIB's faithfulness curve, CPR and CMD of an edge scoring on ``tokens`` (module docstring),
-    its circuits the top edges by ``|score|`` (``absolute=True``) or by signed score.
+    its circuits the top edges by ``|score|`` (``absolute=True``) or by signed score; ``ends``
+    the empty and full circuits' metric on ``tokens`` (:func:`circuit_ends`) where already known.
 
     ``scores`` are keyed by MIB edges or node edges (:func:`expand_scores`): EAP's, EAP-IG's
     (:class:`~circuitlasso.evaluation.eap.AttributionResult`, its ``scores`` or ``slot_scores``)
@@ -498,7 +533,7 @@ def mib_score(
     """
     fracs = tuple(float(x) for x in fractions)
     order = _ranked_edges(model, scores, absolute)
-    return _curves(model, tokens, [order], fracs, batch_size, memory_gib)[0]
+    return _curves(model, tokens, [order], fracs, batch_size, memory_gib, ends)[0]
 
 
 @dataclass(frozen=True)
@@ -533,12 +568,13 @@ def mib_scores(
     *,
     batch_size: int | None = None,
     memory_gib: float = DEFAULT_PASS_GIB,
+    ends: tuple[float, float] | None = None,
 ) -> MIBScores:
     """:func:`mib_score` of the signed and the absolute ranking of ``scores``, their circuits
     scored in one set of patched passes."""
     fracs = tuple(float(x) for x in fractions)
     orders = [_ranked_edges(model, scores, absolute) for absolute in (False, True)]
-    signed, absolute = _curves(model, tokens, orders, fracs, batch_size, memory_gib)
+    signed, absolute = _curves(model, tokens, orders, fracs, batch_size, memory_gib, ends)
     return MIBScores(signed, absolute)
 
 

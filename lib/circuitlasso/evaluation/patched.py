@@ -60,7 +60,7 @@ from circuitlasso.evaluation.eap import (
     logit_projection_metric,
     sender_outputs,
 )
-from circuitlasso.forward import residual_gradient
+from circuitlasso.forward import read_logits, residual_gradient
 from circuitlasso.solve import lam_max, lasso_path
 from circuitlasso.solve.options import LamMaxOptions, LassoOptions
 from circuitlasso.timing import Stopwatch
@@ -143,21 +143,6 @@ def _cache_hooks(model: HookedTransformer, units: list[PatchUnit], reads: dict) 
     scales = [f"blocks.{layer}.ln{k}" for layer in layers for k in (1, 2)] + ["ln_final"]
     hooks |= {h for h in (_scale_hook(model, name) for name in scales) if h is not None}
     return sorted(hooks)
-
-
-def _read_logits(
-    model: HookedTransformer, tokens: torch.Tensor, hooks: list, read: torch.Tensor
-) -> torch.Tensor:
-    """``(B, P, V)`` logits of a pass with ``hooks``, unembedded only where ``read: (B, P)``
-    (zeros elsewhere): a metric weighted by position reads nothing else, and the unembedding of
-    a large vocabulary is a good share of a small model's pass."""
-    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
-    logits = resid.new_zeros(*tokens.shape, model.cfg.d_vocab_out)
-    final = resid[read][:, None]  # (K, 1, d_model)
-    if model.cfg.normalization_type is not None:
-        final = model.ln_final(final)
-    logits[read] = model.unembed(final)[:, 0]
-    return logits
 
 
 def _run(model: HookedTransformer, tokens: torch.Tensor, hooks: list[str]):
@@ -382,8 +367,8 @@ def patched_lasso(
                     passes = range(first, min(first + group, n_passes))
                     chosen = patched[first : passes.stop, rows].reshape(-1, len(units))
                     fwd = _patch_hooks(units, chosen, sources)
-                    logits = _read_logits(model, tokens.repeat(len(passes), 1), fwd,
-                                          read.repeat(len(passes), 1))  # fmt: skip
+                    logits = read_logits(model, tokens.repeat(len(passes), 1), fwd,
+                                         read.repeat(len(passes), 1))  # fmt: skip
                     for j, k in enumerate(passes):
                         copy = logits[j * len(tokens) : (j + 1) * len(tokens)]
                         drop = baseline - batch_metric(copy, *references).double()
