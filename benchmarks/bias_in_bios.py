@@ -50,6 +50,12 @@ SETTINGS = {
         {"lam_ratio": 0.01, "attribution_prompts": 100, "steps": 5, "label_prompts": 100},
     ),
 }
+# The decoder's biographies with half their profession cues drawn from either profession of the
+# pair: with every cue its own (1.0), the probe on the ambiguous set reads the profession and is
+# right on every group, so there is no gender bias to remove. On the dev rows (never the test
+# split; 200 per set, block 19), ORIGINAL's / ORACLE's worst-group accuracy was 100 / 100 at 1.0,
+# 62 / 86 at 0.7, 14 / 78 at 0.5, 4 / 56 at 0.3 and 0 / 56 at 0.15: 0.5 leaves the largest gap.
+PROFESSION_SIGNAL = {"smollm2-135m": 0.5}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--professions", nargs=2, default=["professor", "nurse"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--max-prompts", type=int, help="rows per split (default: every row)")
+    parser.add_argument(
+        "--profession-signal",
+        type=float,
+        help="generated biographies only: the chance a profession cue is the profession's own "
+        "(default: PROFESSION_SIGNAL's, else 1)",
+    )
     parser.add_argument("--n-candidates", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     return parser.parse_args(argv)
@@ -79,10 +91,15 @@ def main(argv: list[str] | None = None) -> None:
     default_layer, dataset, settings = SETTINGS[args.model]
     layer = default_layer if args.layer is None else args.layer
     model, saes = load_run(args.model, layer)
-    print(f"{args.model}: probes on layer {layer}, SAEs of layers {sorted(saes)}; {dataset}")
+    signal = args.profession_signal
+    if signal is None:
+        signal = PROFESSION_SIGNAL.get(args.model, 1.0)
+    data = dataset if signal == 1.0 else f"{dataset}, profession signal {signal}"
+    print(f"{args.model}: probes on layer {layer}, SAEs of layers {sorted(saes)}; {data}")
     tables = []
     for seed in args.seeds:
-        splits = load_splits(dataset, args.professions, seed=seed, max_prompts=args.max_prompts)
+        splits = load_splits(dataset, args.professions, seed=seed, max_prompts=args.max_prompts,
+                             profession_signal=signal)  # fmt: skip
         options = ComparisonOptions(n_candidates=args.n_candidates, seed=seed, **settings)
         result = compare_methods(model, saes, layer, splits, args.professions, TOY_CONCEPTS,
                                  options)  # fmt: skip
@@ -114,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         }
         for method in spread.index
     }
-    print(json.dumps({"model": args.model, "layer": layer, "seeds": args.seeds, **summary}))
+    print(json.dumps({"model": args.model, "layer": layer, "seeds": args.seeds,
+                      "profession_signal": signal, **summary}))  # fmt: skip
 
 
 if __name__ == "__main__":

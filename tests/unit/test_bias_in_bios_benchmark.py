@@ -32,8 +32,8 @@ def test_the_benchmark_gives_each_methods_mean_and_spread_over_the_seeds(
     calls: list[tuple] = []
     monkeypatch.setattr(script, "load_run", lambda name, layer: ("model", {layer: "sae"}))
 
-    def splits(dataset, professions, *, seed, max_prompts):
-        calls.append(("splits", dataset, seed, max_prompts))
+    def splits(dataset, professions, *, seed, max_prompts, profession_signal):
+        calls.append(("splits", dataset, seed, max_prompts, profession_signal))
         return {"seed": seed}
 
     def compare(model, saes, layer, found, professions, concepts, options):
@@ -44,10 +44,12 @@ def test_the_benchmark_gives_each_methods_mean_and_spread_over_the_seeds(
     monkeypatch.setattr(script, "compare_methods", compare)
     script.main(["--model", "smollm2-135m", "--seeds", "0", "2", "4", "--max-prompts", "50"])
 
-    assert calls[::2] == [("splits", "synthetic_bios", s, 50) for s in (0, 2, 4)]
+    # the decoder's biographies at the profession signal chosen on the dev rows
+    assert calls[::2] == [("splits", "synthetic_bios", s, 50, 0.5) for s in (0, 2, 4)]
     assert calls[1::2] == [("compare", 19, s, s, 0.01) for s in (0, 2, 4)]
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["model"] == "smollm2-135m" and line["layer"] == 19 and line["seeds"] == [0, 2, 4]
+    assert line["profession_signal"] == 0.5
     # seeds 0, 2, 4: ORIGINAL's worst group 30, 34, 38 -> mean 34, sample std 4
     assert line["ORIGINAL"]["mean_worst_group"] == 34.0 and line["ORIGINAL"]["std_worst_group"] == 4
     assert line["CircuitLasso"]["mean_worst_group"] == 68.0

@@ -99,6 +99,33 @@ def test_bad_requests_are_named() -> None:
         sb.generate_split("train", per_group=0)
     with pytest.raises(ValueError, match="synthetic_bios has none"):
         load_splits("synthetic_bios", ("professor", "nurse"), source="somewhere")
+    with pytest.raises(ValueError, match=r"profession_signal must be in \(0, 1\]"):
+        sb.load_synthetic_bios(profession_signal=0.0)
+    with pytest.raises(ValueError, match="toy_bias_in_bios has none"):
+        load_splits("toy_bias_in_bios", ("professor", "nurse"), profession_signal=0.5)
+
+
+def _own_cues(frame: pd.DataFrame, profession: str) -> float:
+    """The share of ``profession``'s biographies whose workplace is one of its own."""
+    texts = frame[frame.profession == PROFESSIONS.index(profession)].hard_text
+    return float(np.mean([any(p in t for p in sb.CUES[profession]["places"]) for t in texts]))
+
+
+@pytest.mark.parametrize("signal", [0.2, 0.6])
+def test_a_weaker_profession_signal_draws_the_pairs_other_cues_as_often_as_asked(signal) -> None:
+    frame = sb.generate_split("train", per_group=300, profession_signal=signal)
+    # a cue is the profession's own with probability signal, else either profession's alike
+    expected = signal + (1 - signal) / 2
+    for profession in ("professor", "nurse"):
+        assert _own_cues(frame, profession) == pytest.approx(expected, abs=0.05)
+    assert _own_cues(sb.generate_split("train", per_group=300), "nurse") == 1.0
+    # the gender is as plain as ever: every biography names it with its pronouns
+    male = frame[frame.gender == 0].hard_text
+    assert all(re.search(r"\b(he|his|him|He|His)\b", t) for t in male)
+    sets = sb.load_synthetic_bios(per_group=20, profession_signal=signal)
+    assert sets["balanced_test"].text.isin(
+        sb.generate_split("test", per_group=20, profession_signal=signal).hard_text
+    ).all()
 
 
 def test_no_last_name_is_a_first_name_and_no_duty_frame_repeats() -> None:

@@ -293,16 +293,38 @@ def template(rng: random.Random) -> tuple[int, ...]:
     )
 
 
-def biography(rng: random.Random, profession: str, gender: str, frames: Sequence[int]) -> str:
-    """One biography of ``profession`` and ``gender`` on the frames of :func:`template`."""
-    cues, words = CUES[profession], PRONOUNS[gender]
+def _pair_of(profession: str) -> tuple[str, str]:
+    return next(pair for pair in PAIRS if profession in pair)
+
+
+def biography(
+    rng: random.Random,
+    profession: str,
+    gender: str,
+    frames: Sequence[int],
+    profession_signal: float = 1.0,
+) -> str:
+    """One biography of ``profession`` and ``gender`` on the frames of :func:`template`. Each of
+    its profession cues (the workplace, each duty, the topic) is the profession's own with
+    probability ``profession_signal``, else drawn from either profession of its pair (below 1,
+    the profession is a weaker signal than the gender; 1 draws no extra number)."""
+    words = PRONOUNS[gender]
     intro, first, second, topic, hobby, home, topic_first = frames
-    duties = rng.sample(cues["duties"], 2)
+
+    def cues() -> dict[str, tuple[str, ...]]:
+        if profession_signal >= 1.0 or rng.random() < profession_signal:
+            return CUES[profession]
+        return CUES[rng.choice(_pair_of(profession))]
+
+    if profession_signal >= 1.0:
+        duties = rng.sample(CUES[profession]["duties"], 2)
+    else:
+        duties = [rng.choice(cues()["duties"]) for _ in range(2)]
     fill = {
         **words,
         "name": f"{rng.choice(FIRST_NAMES[gender])} {rng.choice(LAST_NAMES)}",
-        "place": rng.choice(cues["places"]),
-        "topic": rng.choice(cues["topics"]),
+        "place": rng.choice(cues()["places"]),
+        "topic": rng.choice(cues()["topics"]),
         "hobby": rng.choice(HOBBIES),
         "city": rng.choice(CITIES),
         "family": rng.choice(FAMILY),
@@ -320,7 +342,9 @@ def biography(rng: random.Random, profession: str, gender: str, frames: Sequence
     return " ".join(sentences)
 
 
-def generate_split(split: str, seed: int = 0, per_group: int | None = None) -> pd.DataFrame:
+def generate_split(
+    split: str, seed: int = 0, per_group: int | None = None, profession_signal: float = 1.0
+) -> pd.DataFrame:
     """``split`` (``train``, ``dev`` or ``test``) as the hub's rows: ``per_group`` biographies
     (default :data:`PER_GROUP`) of each profession of :data:`PAIRS` and each gender, in group
     order, with ``hard_text``, ``profession`` (id) and ``gender`` (id, 0 male), and
@@ -337,7 +361,7 @@ def generate_split(split: str, seed: int = 0, per_group: int | None = None) -> p
             for _ in range(n):
                 frames = template(rng)
                 rows.append({
-                    "hard_text": biography(rng, profession, gender, frames),
+                    "hard_text": biography(rng, profession, gender, frames, profession_signal),
                     "profession": PROFESSIONS.index(profession),
                     "gender": GENDERS.index(gender),
                     "template": frames,
@@ -358,17 +382,21 @@ def load_synthetic_bios(
     split: str = "train",
     seed: int = 0,
     per_group: int | None = None,
+    profession_signal: float = 1.0,
 ) -> dict[str, pd.DataFrame]:
     """The ambiguous and balanced sets of
     :func:`~circuitlasso.data.bias_in_bios.load_bias_in_bios`, built by its construction
     (:func:`~circuitlasso.data.bias_in_bios.build_sets`) from generated rows: training sets from
     ``split`` (``train`` or ``dev``), test sets from ``test``; ``professions`` one of
     :data:`PAIRS`. ``per_group``: biographies per group in each split (default
-    :data:`PER_GROUP`)."""
+    :data:`PER_GROUP`); ``profession_signal``: the chance that a profession cue is the
+    profession's own (:func:`biography`), in (0, 1]."""
+    if not 0 < profession_signal <= 1:
+        raise ValueError(f"profession_signal must be in (0, 1], got {profession_signal}")
     check_request(professions, split)
     if tuple(professions) not in PAIRS:
         raise ValueError(f"professions must be one of the generated pairs {PAIRS}, got "
                          f"{tuple(professions)}")  # fmt: skip
-    train = generate_split(split, seed, per_group)
-    test = generate_split("test", seed, per_group)
+    train = generate_split(split, seed, per_group, profession_signal)
+    test = generate_split("test", seed, per_group, profession_signal)
     return build_sets(train, test, professions, split=split, seed=seed)

@@ -42,15 +42,20 @@ def load_splits(
     seed: int = 0,
     max_prompts: int | None = None,
     source: str | Path | None = None,
+    profession_signal: float = 1.0,
 ) -> dict[str, pd.DataFrame]:
     """The four splits of ``dataset`` (one of :data:`DATASETS`: the toy world's, the hub's, the
     biographies generated here) for ``professions = (a, b)``, each cut to at most
     ``max_prompts`` rows by a seeded sample of equal groups (:func:`_cut`); an unknown
     profession, an empty split or a missing
     group is an error naming it. ``source``: a local copy of the hub data set (see
-    :func:`~circuitlasso.data.bias_in_bios.read_bias_in_bios_split`)."""
+    :func:`~circuitlasso.data.bias_in_bios.read_bias_in_bios_split`); ``profession_signal``:
+    below 1, generated biographies whose profession cues are often the other profession's
+    (:func:`~circuitlasso.data.synthetic_bios.biography`), ``synthetic_bios`` only."""
     check_professions(professions)
     pair = (str(professions[0]), str(professions[1]))
+    if profession_signal != 1.0 and dataset != "synthetic_bios":
+        raise ValueError(f"profession_signal sets generated biographies; {dataset} has none")
     if dataset == "toy_bias_in_bios":
         if pair != TOY_PROFESSIONS:
             raise ValueError(
@@ -65,7 +70,9 @@ def load_splits(
     elif dataset == "synthetic_bios":
         if source is not None:
             raise ValueError("source names a copy of the hub data set; synthetic_bios has none")
-        splits = load_dataset(dataset, professions=pair, seed=seed)
+        splits = load_dataset(
+            dataset, professions=pair, seed=seed, profession_signal=profession_signal
+        )
     else:
         raise ValueError(f"unknown data set {dataset!r}; valid: {', '.join(DATASETS)}")
     if max_prompts is not None:
