@@ -123,9 +123,8 @@ def test_a_weaker_profession_signal_draws_the_pairs_other_cues_as_often_as_asked
     male = frame[frame.gender == 0].hard_text
     assert all(re.search(r"\b(he|his|him|He|His)\b", t) for t in male)
     sets = sb.load_synthetic_bios(per_group=20, profession_signal=signal)
-    assert sets["balanced_test"].text.isin(
-        sb.generate_split("test", per_group=20, profession_signal=signal).hard_text
-    ).all()
+    generated = sb.generate_split("test", per_group=20, profession_signal=signal).hard_text
+    assert sets["balanced_test"].text.isin(generated).all()
 
 
 def test_no_last_name_is_a_first_name_and_no_duty_frame_repeats() -> None:
