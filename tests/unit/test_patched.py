@@ -1,8 +1,9 @@
 """CircuitLasso on patched passes, on a small random transformer without norms (so a receiver's
 input is exactly the sum of its senders' outputs and the logit difference is linear in the last
 residual stream): edges into the output against exact edge patching, shares that split each
-receiver's effect exactly, unit effects against exact single-unit patching, and the
-cross-validated Lasso against scikit-learn's LassoCV."""
+receiver's effect exactly, unit effects against exact single-unit patching, the effects filled in
+for the slots the Lasso leaves at zero against a hand-computed graph, and the cross-validated
+Lasso against scikit-learn's LassoCV."""
 
 import numpy as np
 import pytest
@@ -14,10 +15,12 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from circuitlasso.data.counterfactual_tasks import logit_difference
 from circuitlasso.evaluation.mib import edge_patched_logits, mib_edges
 from circuitlasso.evaluation.patched import (
+    FILL_WEIGHT,
     LAM_EPS,
     N_LAMS,
     _patch_hooks,
     cross_validated_lasso,
+    filled_effects,
     patch_units,
     patched_lasso,
 )
@@ -64,7 +67,9 @@ def test_a_receivers_senders_share_its_effect_exactly_and_every_mib_edge_is_scor
     assert len(nonzero) >= 3  # the case is not empty
     for slot in slots:
         total = sum(score for (_, s), score in found.slot_scores.items() if s == slot)
-        assert total == pytest.approx(found.unit_effects[slot], rel=1e-4, abs=1e-8)
+        assert total == pytest.approx(found.slot_effects[slot], rel=1e-4, abs=1e-8)
+        if found.unit_effects[slot] != 0:  # measured effects are split as they are
+            assert found.slot_effects[slot] == found.unit_effects[slot]
     q, k, v = (found.slot_scores[("input", f"a1.h0.{x}")] for x in "qkv")
     assert found.scores[("input", "a1.h0")] == pytest.approx(abs(q) + abs(k) + abs(v))
 
@@ -95,6 +100,51 @@ def test_unit_effects_follow_exact_single_unit_patching(no_norm_model, random_ta
     assert names[int(np.argmax(np.abs(b)))] == names[int(np.argmax(np.abs(a)))]
 
 
+def test_filled_effects_follow_the_hand_computed_totals_from_the_output_down():
+    # input -> a0.h0 (q, k, v) -> m0 -> a1.h0 (q, k, v) -> m1 -> output; the Lasso kept m1 only
+    units = ["input", "a0.h0.q", "a0.h0.k", "a0.h0.v", "m0", "a1.h0.q", "a1.h0.k", "a1.h0.v", "m1"]
+    measured = dict.fromkeys(units, 0.0) | {"m1": 2.0, "input": 0.3}
+    shares = {("a1.h0", "m1"): 0.25, ("m0", "m1"): 0.5, ("a0.h0", "m1"): 0.125}
+    shares |= {("m0", f"a1.h0.{x}"): 0.6 for x in "qkv"}
+    shares |= {("a0.h0", f"a1.h0.{x}"): 0.3 for x in "qkv"} | {("a0.h0", "m0"): 0.9}
+    direct = {"a0.h0": 0.1, "m0": -0.2, "a1.h0": 0.5, "m1": 1.0}
+    w = 0.1
+    a1 = 0.5 + 0.25 * 2.0  # its direct effect, and its share of m1's measured effect: 1.0
+    m0 = -0.2 + 0.5 * 2.0 + 3 * 0.6 * (a1 / 3)  # a1's slots read at their unweighted filling
+    a0 = 0.1 + 0.125 * 2.0 + 3 * 0.3 * (a1 / 3) + 0.9 * m0
+    expected = {"input": 0.3, "m1": 2.0, "m0": w * m0}
+    expected |= {f"a1.h0.{x}": w * a1 / 3 for x in "qkv"}
+    expected |= {f"a0.h0.{x}": w * a0 / 3 for x in "qkv"}
+    assert filled_effects(measured, shares, direct, w) == pytest.approx(expected)
+    assert filled_effects(measured, shares, direct, 0.0) == pytest.approx(measured)
+    # a node with one measured slot keeps its other slots at zero
+    one = measured | {"a1.h0.k": 0.7}
+    assert filled_effects(one, shares, direct, w)["a1.h0.q"] == 0.0
+
+
+def test_filling_gives_every_sender_of_a_scored_edge_a_scored_input(
+    no_norm_model, random_task_tokens
+):
+    # MIB's pruning drops an edge whose sender receives no circuit edge: unfilled, the Lasso's
+    # measured edges leave some of their senders without a scored input; filled, none
+    model, tokens = no_norm_model, random_task_tokens()
+
+    def senders_without_input(found) -> set[str]:
+        sends = {u for (u, _), score in found.slot_scores.items() if score != 0 and u != "input"}
+        fed = {slot.rsplit(".", 1)[0] if slot.count(".") == 2 else slot
+               for (_, slot), score in found.slot_scores.items() if score != 0}  # fmt: skip
+        return sends - fed
+
+    assert senders_without_input(_found(model, tokens, n_rows=64, fill_weight=0.0))
+    filled = _found(model, tokens, n_rows=64)
+    assert not senders_without_input(filled)
+    measured = {slot for slot, effect in filled.unit_effects.items() if effect != 0}
+    weakest_measured = min(abs(filled.slot_effects[s]) for s in measured - {"input"})
+    strongest_filled = max(abs(e) for s, e in filled.slot_effects.items() if s not in measured)
+    assert 0 < strongest_filled < weakest_measured  # measured slots rank first here
+    assert FILL_WEIGHT > 0
+
+
 def test_the_cross_validated_lasso_is_scikit_learns_lasso_cv():
     g = np.random.default_rng(0)
     X = (g.random((300, 40)) < 0.2).astype(float)
@@ -118,6 +168,8 @@ def test_bad_inputs_are_clear_errors(no_norm_model, random_task_tokens):
         patched_lasso(model, tokens.clean, tokens.counterfactual, patch_share=1.0)
     with pytest.raises(ValueError, match="n_rows"):
         patched_lasso(model, tokens.clean, tokens.counterfactual, n_rows=3)
+    with pytest.raises(ValueError, match="fill_weight"):
+        patched_lasso(model, tokens.clean, tokens.counterfactual, fill_weight=-1.0)
     with pytest.raises(ValueError, match="answers"):
         patched_lasso(model, tokens.clean, tokens.counterfactual, answers=tokens.answer[:, None])
 

@@ -23,7 +23,8 @@ real token).
 - ``circuitlasso-patched`` (:mod:`circuitlasso.evaluation.patched`): the logit difference's
   drop regressed on random per-prompt patchings of every head's q, k and v, MLP and the input
   (``patched_rows`` prompt passes), edges split by each sender's share of its receiver's
-  contrast; forward passes only.
+  contrast, the slots the Lasso leaves at zero filled in from their node's total effect through
+  those shares; forward passes only.
 - ``eap`` and ``eap-ig``: :func:`~circuitlasso.evaluation.eap.edge_attribution_patching` with
   MIB's metric; its ``metric`` sees no item ids, so the prompts run in chunks, each with its own
   metric, and the per-chunk mean scores are averaged weighted by chunk size (the same sum);
@@ -84,7 +85,7 @@ from circuitlasso.evaluation.mib import (
     mib_edges,
     mib_scores,
 )
-from circuitlasso.evaluation.patched import PATCHED_ROWS
+from circuitlasso.evaluation.patched import FILL_WEIGHT, PATCHED_ROWS
 from circuitlasso.timing import Stopwatch
 
 RANDOM = "random"  # seeded random edge scores, the baseline every method is read against
@@ -457,7 +458,8 @@ def _compare(
                              ig_steps=settings.ig_steps if method == "eap-ig" else 0,
                              fractions=list(settings.fractions),
                              lasso_positions=settings.lasso_positions if "lasso" in method else "",
-                             **({"patched_rows": settings.patched_rows}
+                             **({"patched_rows": settings.patched_rows,
+                                 "fill_weight": FILL_WEIGHT}
                                 if method == "circuitlasso-patched" else {}),
                              )  # fmt: skip
         rows.append({"task": task, "method": method, **row})
