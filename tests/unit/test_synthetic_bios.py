@@ -119,6 +119,9 @@ def test_a_weaker_profession_signal_draws_the_pairs_other_cues_as_often_as_asked
     for profession in ("professor", "nurse"):
         assert _own_cues(frame, profession) == pytest.approx(expected, abs=0.05)
     assert _own_cues(sb.generate_split("train", per_group=300), "nurse") == 1.0
+    # a biography's two duties differ, as at signal 1
+    duties = [duty for cues in sb.CUES.values() for duty in cues["duties"]]
+    assert not any(text.count(duty) > 1 for text in frame.hard_text for duty in duties)
     # the gender is as plain as ever: every biography names it with its pronouns
     male = frame[frame.gender == 0].hard_text
     assert all(re.search(r"\b(he|his|him|He|His)\b", t) for t in male)

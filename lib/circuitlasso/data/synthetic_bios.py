@@ -307,7 +307,8 @@ def biography(
     """One biography of ``profession`` and ``gender`` on the frames of :func:`template`. Each of
     its profession cues (the workplace, each duty, the topic) is the profession's own with
     probability ``profession_signal``, else drawn from either profession of its pair (below 1,
-    the profession is a weaker signal than the gender; 1 draws no extra number)."""
+    the profession is a weaker signal than the gender; 1 draws no extra number); its two duties
+    always differ."""
     words = PRONOUNS[gender]
     intro, first, second, topic, hobby, home, topic_first = frames
 
@@ -319,7 +320,11 @@ def biography(
     if profession_signal >= 1.0:
         duties = rng.sample(CUES[profession]["duties"], 2)
     else:
-        duties = [rng.choice(cues()["duties"]) for _ in range(2)]
+        duties = []
+        while len(duties) < 2:  # two different duties, as at signal 1
+            duty = rng.choice(cues()["duties"])
+            if duty not in duties:
+                duties.append(duty)
     fill = {
         **words,
         "name": f"{rng.choice(FIRST_NAMES[gender])} {rng.choice(LAST_NAMES)}",
