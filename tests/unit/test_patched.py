@@ -18,6 +18,7 @@ from circuitlasso.evaluation.patched import (
     FILL_WEIGHT,
     LAM_EPS,
     N_LAMS,
+    _node_of,
     _patch_hooks,
     cross_validated_lasso,
     filled_effects,
@@ -131,8 +132,7 @@ def test_filling_gives_every_sender_of_a_scored_edge_a_scored_input(
 
     def senders_without_input(found) -> set[str]:
         sends = {u for (u, _), score in found.slot_scores.items() if score != 0 and u != "input"}
-        fed = {slot.rsplit(".", 1)[0] if slot.count(".") == 2 else slot
-               for (_, slot), score in found.slot_scores.items() if score != 0}  # fmt: skip
+        fed = {_node_of(slot) for (_, slot), score in found.slot_scores.items() if score != 0}
         return sends - fed
 
     assert senders_without_input(_found(model, tokens, n_rows=64, fill_weight=0.0))
