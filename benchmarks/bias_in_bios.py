@@ -13,7 +13,9 @@ percent), then every method's mean and standard deviation over the seeds, Table 
 removed and seconds), the share of the worst-group gap between ORIGINAL and ORACLE each method
 closes, on the toy world the rule against its ground truth (first seed), and, as its last line,
 one JSON object: per method the mean and standard deviation of ``profession``, ``gender``,
-``worst_group``, ``features`` (null where none are removed) and ``seconds``, and the seeds.
+``worst_group``, ``features`` (null where none are removed) and ``seconds``, and the seeds;
+``--save`` also writes it to a file with each seed's table, the command, the commit and the
+machine (:func:`circuitlasso.evaluation.debias.stored_comparison_table` reads it).
 
     python benchmarks/bias_in_bios.py                                 # about 2 minutes a seed
     python benchmarks/bias_in_bios.py --seeds 0 1 2
@@ -24,11 +26,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import torch
 
+from circuitlasso.data.artifacts import write_json
+from circuitlasso.evaluation.cost.store import provenance
 from circuitlasso.evaluation.debias import (
     TOY_CONCEPTS,
     ComparisonOptions,
@@ -73,6 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--n-candidates", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--save",
+        type=Path,
+        help="also write the JSON object, each seed's table, the command, the commit and the "
+        "machine to this file",
+    )
     return parser.parse_args(argv)
 
 
@@ -131,8 +144,22 @@ def main(argv: list[str] | None = None) -> None:
         }
         for method in spread.index
     }
-    print(json.dumps({"model": args.model, "layer": layer, "seeds": args.seeds,
-                      "profession_signal": signal, **summary}))  # fmt: skip
+    line = {"model": args.model, "layer": layer, "seeds": args.seeds,
+            "profession_signal": signal, **summary}  # fmt: skip
+    print(json.dumps(line))
+    if args.save is not None:
+        per_seed = {
+            str(seed): {
+                method: {k: None if math.isnan(v) else v for k, v in row.items()}
+                for method, row in table[[*SCORES, "features", "seconds"]]
+                .astype(float)
+                .to_dict("index")
+                .items()
+            }
+            for seed, table in zip(args.seeds, tables, strict=True)
+        }
+        given = provenance(__file__, sys.argv[1:] if argv is None else argv)
+        write_json(args.save, {**line, "per_seed": per_seed, **given})
 
 
 if __name__ == "__main__":

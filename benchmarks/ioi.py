@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -43,7 +42,7 @@ from circuitlasso.data.artifacts import write_json
 from circuitlasso.data.counterfactual_tasks import ALL_TASKS, HELDOUT_TASKS
 from circuitlasso.data.graph import DEFAULT_PASS_GIB
 from circuitlasso.data.models import DECODER_NAME, load_model
-from circuitlasso.evaluation.cost.store import machine_description
+from circuitlasso.evaluation.cost.store import provenance
 from circuitlasso.evaluation.interpbench.evaluate import EAP_IG_STEPS
 from circuitlasso.evaluation.localization import (
     DEFAULT_METHODS,
@@ -54,8 +53,6 @@ from circuitlasso.evaluation.localization import (
 from circuitlasso.evaluation.mib import MIB_FRACTIONS
 from circuitlasso.evaluation.patched import PATCHED_ROWS
 from circuitlasso.timing import Stopwatch
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,17 +97,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "machine it ran at and when each row was measured",
     )
     return parser.parse_args(argv)
-
-
-def _commit() -> str:
-    """The checkout's commit, ``+dirty`` when the library or the benchmarks differ from it."""
-
-    def git(*args: str) -> str:
-        found = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        return found.stdout.strip() if found.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD") or "unknown"
-    return commit + ("+dirty" if git("status", "--porcelain", "lib", "benchmarks") else "")
 
 
 def main(argv: list[str] | None = None, model: HookedTransformer | None = None) -> dict:
@@ -185,12 +171,10 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
     }
     print(json.dumps(_plain(result)))
     if args.save is not None:
-        given = sys.argv[1:] if argv is None else argv
-        command = " ".join(["python benchmarks/ioi.py", *given])
-        provenance = {"command": command, "commit": _commit(), "machine": machine_description()}
+        given: dict[str, object] = {**provenance(__file__, sys.argv[1:] if argv is None else argv)}
         if "measured_at" in run.table:  # the rows read back from the store ran earlier
-            provenance["measured_at"] = by_task("measured_at")
-        write_json(args.save, _plain({**result, **provenance}))
+            given["measured_at"] = by_task("measured_at")
+        write_json(args.save, _plain({**result, **given}))
     return result
 
 

@@ -62,3 +62,25 @@ def test_one_seed_has_no_spread(benchmark_script) -> None:
     spread = benchmark_script("bias_in_bios").mean_and_spread([_table(1)])
     assert (spread["std"].drop(columns="features").to_numpy() == 0).all()
     assert spread.loc["CircuitLasso", ("mean", "worst_group")] == 64.0
+
+
+def test_saving_keeps_each_seeds_table_and_where_the_run_came_from(
+    benchmark_script, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path
+) -> None:
+    script = benchmark_script("bias_in_bios")
+    monkeypatch.setattr(script, "load_run", lambda name, layer: ("model", {layer: "sae"}))
+    monkeypatch.setattr(script, "load_splits", lambda *args, seed, **kwargs: {"seed": seed})
+    monkeypatch.setattr(
+        script, "compare_methods", lambda *args: Comparison(_table(args[3]["seed"]), {}, {})
+    )
+    saved = tmp_path / "bias.json"
+    script.main(["--model", "smollm2-135m", "--seeds", "1", "3", "--save", str(saved)])
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    stored = json.loads(saved.read_text())
+    command = f"--model smollm2-135m --seeds 1 3 --save {saved}"
+    assert stored["command"] == f"python benchmarks/bias_in_bios.py {command}"
+    assert stored["commit"] and stored["machine"]
+    assert {k: v for k, v in stored.items() if k in line} == line
+    assert stored["per_seed"]["3"]["ORIGINAL"]["worst_group"] == 36.0
+    assert stored["per_seed"]["1"]["ORIGINAL"]["features"] is None  # NaN: no feature removed
+    assert stored["per_seed"]["1"]["CircuitLasso"]["features"] == 6.0

@@ -93,7 +93,7 @@ def test_ioi_benchmark_saves_its_result_with_the_command_and_commit(
     provenance = ("command", "commit", "machine")
     assert {k: v for k, v in stored.items() if k not in provenance} == line
     read = StoredBenchmarks.read(tmp_path)
-    assert read.provenance().startswith(f"the model given: `{stored['command']}` (commit ")
+    assert read.provenance().startswith(f"the model given: {stored['command']} (commit ")
     table = read.table()
     assert len(table) == 4 and not table["held_out"].any()
     for (model, task, method), row in table.iterrows():

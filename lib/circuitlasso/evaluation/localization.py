@@ -413,7 +413,7 @@ class StoredBenchmarks:
     def provenance(self) -> str:
         """One line per result: its model, command, commit and machine."""
         return "\n".join(
-            f"{r['model']}: `{r['command']}` (commit {r['commit'][:12]}, {r['machine']})"
+            f"{r['model']}: {r['command']} (commit {r['commit'][:12]}, {r['machine']})"
             for r in self.results
         )
 
