@@ -100,5 +100,37 @@ def test_ioi_benchmark_saves_its_result_with_the_command_and_commit(
         assert model == "the model given"
         assert row["cpr"] == line["cpr"][task][method]
         assert row["seconds"] == line["seconds"][task][method]
+    versus = read.versus("eap", "random")
+    for (_, task), row in versus.iterrows():
+        cpr = line["cpr"][task]["eap"] - line["cpr"][task]["random"]
+        cmd = line["cmd"][task]["eap"] - line["cmd"][task]["random"]
+        ratio = line["seconds"][task]["eap"] / line["seconds"][task]["random"]
+        assert row["cpr_difference"] == pytest.approx(cpr)
+        assert row["cmd_difference"] == pytest.approx(cmd)
+        assert row["seconds_ratio"] == pytest.approx(ratio)
+    # random scores take no time: nothing is faster, and within a wide tolerance they meet all
+    assert not versus["met"].any()
+    assert read.versus("random", "eap", tolerance=10)["met"].all()
+    assert not read.versus("random", "eap", tolerance=-10)["met"].any()
     with pytest.raises(FileNotFoundError, match="ioi_"):
         StoredBenchmarks.read(tmp_path / "empty")
+
+
+def test_versus_meets_the_goal_only_on_cpr_cmd_and_time_together():
+    """Hand-made scores: task a meets it; b misses on CPR, c on CMD, d on time."""
+    tasks = ["a", "b", "c", "d"]
+    scores = {  # task: (mine, reference) for cpr, cmd, seconds
+        "a": ((1.96, 0.08, 5.0), (2.0, 0.04, 10.0)),
+        "b": ((1.90, 0.04, 5.0), (2.0, 0.04, 10.0)),
+        "c": ((2.00, 0.10, 5.0), (2.0, 0.04, 10.0)),
+        "d": ((2.10, 0.04, 10.0), (2.0, 0.04, 10.0)),
+    }
+    result = {"model": "m", "tasks": tasks, "heldout_tasks": ["d"], "methods": ["mine", "ref"]}
+    for k, key in enumerate(("cpr", "cmd", "seconds")):
+        result[key] = {t: {"mine": scores[t][0][k], "ref": scores[t][1][k]} for t in tasks}
+    result["cpr_abs"] = result["cpr"]
+    versus = StoredBenchmarks((result,)).versus("mine", "ref")
+    assert list(versus["met"]) == [True, False, False, False]
+    assert list(versus["held_out"]) == [False, False, False, True]
+    assert versus.loc[("m", "b"), "cpr_difference"] == pytest.approx(-0.1)
+    assert versus.loc[("m", "c"), "cmd_difference"] == pytest.approx(0.06)

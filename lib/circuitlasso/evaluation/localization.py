@@ -434,6 +434,28 @@ class StoredBenchmarks:
         ]
         return pd.DataFrame(rows).set_index(["model", "task", "method"])
 
+    def versus(self, method: str, reference: str, tolerance: float = 0.05) -> pd.DataFrame:
+        """Per model and task: ``method``'s CPR and CMD minus ``reference``'s, its seconds over
+        the reference's, and ``met``: a CPR at least the reference's minus ``tolerance``, a CMD
+        at most the reference's plus ``tolerance``, in less time."""
+        table = self.table()
+        mine = table.xs(method, level="method")
+        theirs = table.xs(reference, level="method")
+        out = pd.DataFrame(
+            {
+                "held_out": mine["held_out"],
+                "cpr_difference": mine["cpr"] - theirs["cpr"],
+                "cmd_difference": mine["cmd"] - theirs["cmd"],
+                "seconds_ratio": mine["seconds"] / theirs["seconds"],
+            }
+        )
+        out["met"] = (
+            (out["cpr_difference"] >= -tolerance)
+            & (out["cmd_difference"] <= tolerance)
+            & (out["seconds_ratio"] < 1)
+        )
+        return out
+
 
 def _median_layer(top_heads: Sequence[Sequence[object]], n: int = 5) -> float:
     """The median layer of the first ``n`` heads of ``[[head, score], ...]`` (``"a12.h3"``)."""
