@@ -15,7 +15,7 @@ ends, so a stopped run resumes (``--fresh`` measures all). Prints a table and on
 ``faithfulness`` per task and method, ``model_logit_diff`` and ``model_accuracy`` per task,
 ``edges`` as MIB counts them, ``n_prompts``, ``device``); ``--save`` also writes it to a file
 with the command, the commit and the machine it ran at and when each row was measured
-(:class:`circuitlasso.evaluation.localization.StoredBenchmarks` reads it).
+(:class:`circuitlasso.evaluation.saved_localization.StoredBenchmarks` reads it).
 
 The component graph covers every layer: there is no option for a window of layers.
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from circuitlasso.data import models
-from circuitlasso.evaluation.localization import StoredBenchmarks
+from circuitlasso.evaluation.saved_localization import StoredBenchmarks
 
 torch.set_num_threads(1)
 
