@@ -14,6 +14,8 @@
 - :mod:`~circuitlasso.evaluation.debias.toy`: on the toy world only, the gender-feature rule's
   calls against the planted truth.
 - :mod:`~circuitlasso.evaluation.debias.tables`: the section's tables and summary.
+- :mod:`~circuitlasso.evaluation.debias.saved`: a saved ``benchmarks/bias_in_bios.py`` result,
+  read back with its provenance.
 """
 
 from circuitlasso.evaluation.debias.compare import (
@@ -56,6 +58,7 @@ from circuitlasso.evaluation.debias.probes import (
     pooled_activations,
 )
 from circuitlasso.evaluation.debias.runs import compare_models, load_run
+from circuitlasso.evaluation.debias.saved import StoredComparison
 from circuitlasso.evaluation.debias.shift import ig_scores
 from circuitlasso.evaluation.debias.tables import (
     ablation_table,
@@ -80,6 +83,7 @@ __all__ = [
     "ConceptBottleneck",
     "Method",
     "Probe",
+    "StoredComparison",
     "ablation_table",
     "accuracies",
     "bottleneck",

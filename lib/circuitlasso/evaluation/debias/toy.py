@@ -13,7 +13,7 @@ from transformer_lens import HookedTransformer
 
 from circuitlasso.collect import collect_sae_features
 from circuitlasso.evaluation.debias.compare import Comparison
-from circuitlasso.evaluation.debias.gender import rule_vs_truth
+from circuitlasso.evaluation.debias.gender import rule_vs_truth, toy_name_coverage
 
 TOY_MODEL = "toy"  # the toy world's model, as load_model names it
 
@@ -28,7 +28,8 @@ def rule_vs_toy_truth(
 ) -> pd.DataFrame:
     """:func:`~circuitlasso.evaluation.debias.gender.rule_vs_truth` for the comparison's
     candidates, the ground truth read on the balanced training split of ``splits`` (gender and
-    profession independent) with the features of ``saes`` collected here."""
+    profession independent) with the features of ``saes`` collected here, and how many of the toy
+    world's first names the rule's swap list has (:func:`toy_name_coverage`)."""
     balanced = splits["balanced_train"]
     layers = sorted({int(s) for found in comparison.candidates.values() for s in found["layer"]})
     Z: Mapping[int, sp.csr_matrix] = {}
@@ -37,4 +38,5 @@ def rule_vs_toy_truth(
         chosen = {s: saes[s] for s in layers}
         Z = collect_sae_features(model, chosen, texts, batch_size=batch_size, progress=False)
     male = (balanced["gender"] == "male").to_numpy()
-    return rule_vs_truth(comparison.candidates, Z, male)
+    coverage = "{} of {}".format(*toy_name_coverage())
+    return rule_vs_truth(comparison.candidates, Z, male).assign(**{"names swapped": coverage})
