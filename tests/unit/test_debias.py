@@ -47,6 +47,7 @@ from circuitlasso.evaluation.debias import (
     rule_vs_toy_truth,
     swap_effects,
     targets,
+    toy_name_coverage,
     toy_truth,
     zero_columns,
 )
@@ -564,6 +565,9 @@ def test_rule_vs_toy_truth_is_the_sections_former_inline_computation(toy, splits
                                "truly gendered": int(column.sum()),
                                "flagged": int(rows["gendered"].sum()),
                                **precision_recall(rows["gendered"], column)})  # fmt: skip
-    pd.testing.assert_frame_equal(found, pd.DataFrame(truth_rows))
+    coverage = "{} of {}".format(*toy_name_coverage())  # the swap list's share of the names
+    pd.testing.assert_frame_equal(
+        found, pd.DataFrame(truth_rows).assign(**{"names swapped": coverage})
+    )
     # not vacuous: the name feature is gendered by its tokens, a full-stop one by its prompts
     assert found["truly gendered"].tolist()[:2] == [1, 2] and found["recall"].iloc[1] == 1.0
