@@ -24,6 +24,7 @@ from circuitlasso.evaluation.patched import (
     filled_effects,
     patch_units,
     patched_lasso,
+    position_relevance,
 )
 from circuitlasso.forward import read_logits, residual_gradient
 
@@ -99,6 +100,24 @@ def test_unit_effects_follow_exact_single_unit_patching(no_norm_model, random_ta
     b = np.array([found.unit_effects[n] for n in names])
     assert np.corrcoef(a, b)[0, 1] > 0.9  # 0.93: interactions move a Banzhaf value
     assert names[int(np.argmax(np.abs(b)))] == names[int(np.argmax(np.abs(a)))]
+
+
+def test_position_relevance_rolls_out_from_the_read_positions_by_hand():
+    # one prompt of three positions, the metric read at the last; two layers of two heads
+    read = torch.tensor([[False, False, True]])
+    upper = torch.tensor([[[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.2, 0.6]],
+                          [[1, 0, 0], [0.1, 0.9, 0], [0.0, 0.4, 0.6]]])  # fmt: skip
+    lower = torch.tensor([[[1, 0, 0], [1, 0, 0], [0.5, 0.25, 0.25]],
+                          [[1, 0, 0], [0, 1, 0], [0.5, 0.25, 0.25]]])  # fmt: skip
+    found = position_relevance(read, [lower[None], upper[None]])
+    after = [0.0, 0.0, 1.0]
+    # the heads' mean row of the last query is (0.1, 0.3, 0.6): added to [0, 0, 1], halved
+    middle = [0.05, 0.15, 0.8]
+    # the mean pattern is [[1, 0, 0], [0.5, 0.5, 0], [0.5, 0.25, 0.25]]
+    below = [0.05 + 0.05 + 0.15 * 0.5 + 0.8 * 0.5, 0.15 + 0.15 * 0.5 + 0.8 * 0.25, 0.8 + 0.2]
+    below = [x / 2 for x in below]
+    for got, expected in zip(found, [below, middle, after], strict=True):
+        torch.testing.assert_close(got, torch.tensor([expected], dtype=torch.float64))
 
 
 def test_filled_effects_follow_the_hand_computed_totals_from_the_output_down():

@@ -85,7 +85,7 @@ from circuitlasso.evaluation.mib import (
     mib_edges,
     mib_scores,
 )
-from circuitlasso.evaluation.patched import FILL_WEIGHT, PATCHED_ROWS
+from circuitlasso.evaluation.patched import FILL_WEIGHT, PATCHED_ROWS, SHARE_POSITIONS
 from circuitlasso.timing import Stopwatch
 
 RANDOM = "random"  # seeded random edge scores, the baseline every method is read against
@@ -459,7 +459,7 @@ def _compare(
                              fractions=list(settings.fractions),
                              lasso_positions=settings.lasso_positions if "lasso" in method else "",
                              **({"patched_rows": settings.patched_rows,
-                                 "fill_weight": FILL_WEIGHT}
+                                 "fill_weight": FILL_WEIGHT, "shares": SHARE_POSITIONS}
                                 if method == "circuitlasso-patched" else {}),
                              )  # fmt: skip
         rows.append({"task": task, "method": method, **row})
