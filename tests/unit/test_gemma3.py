@@ -288,7 +288,7 @@ def test_logits_match_the_hf_model_on_the_minimal_pairs(model, hf) -> None:
 
 @pytest.mark.slow
 def test_logits_match_the_hf_model_on_ioi_prompts(model, hf) -> None:
-    splits = task_splits("ioi", model.tokenizer, n_train=24, n_test=24, seed=0)
+    splits = task_splits("ioi", model.tokenizer, n_train=8, n_test=8, seed=0)
     encoded = encode_for_model(model, splits.train + splits.test)
     positions = torch.arange(encoded.clean.shape[1])
     real = positions[None, :] <= encoded.last[:, None]
@@ -355,13 +355,16 @@ def test_a_real_prompt_longer_than_the_context_is_refused(model) -> None:
 
 
 @pytest.mark.slow
-def test_the_real_report_has_a_gemma3_object(monkeypatch, shared_data: Path) -> None:
+def test_the_real_report_has_a_gemma3_object(model, hf, monkeypatch, shared_data: Path) -> None:
     """``circuitlasso real report``'s second decoder: its logits against the HF model on CoLA
-    dev sentences, its minimal pairs and its shipped SAEs' worst layer, without a readout."""
+    dev sentences, its minimal pairs and its shipped SAEs' worst layer, without a readout (the
+    two models this module already loaded, not loaded again)."""
     from circuitlasso.evaluation import real_model
 
     dev = load_cola("dev", mirror=shared_data).iloc[:16]
     monkeypatch.setattr(real_model, "load_cola", lambda split: dev)
+    monkeypatch.setattr(real_model, "load_model", lambda name: model)
+    monkeypatch.setitem(real_model.HF_LOADERS, models.GEMMA3_NAME, lambda: hf)
     report = real_model.decoder_report(models.GEMMA3_NAME, progress=False)
     assert set(real_model.GEMMA3_HEADLINE) <= set(report)
     assert report["logit_max_abs_diff_vs_hf"] <= LOGIT_TOLERANCE
