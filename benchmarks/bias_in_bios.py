@@ -7,6 +7,10 @@ layer): by default the toy world (probes on ``blocks.3.hook_resid_post``) on toy
 (``synthetic_bios``; probes on block 19's output, the paper's relative depth: Pythia-70M's
 layer 4 of 6; SHIFT over the SAEs of blocks 4, 9, 14 and 19), with the automatic gender-feature
 rule. Each seed draws the splits' rows (``--max-prompts`` per split) and the random control.
+On the toy world ``--sae-seeds`` repeats every data seed on each SAE build it names: the shipped
+SAEs (the build seed, 0) and SAEs trained again on the same model and texts by another seed
+(:func:`circuitlasso.data.toyworld.build.retrained_toy_saes`, cached; minutes on one core each),
+so that the spread covers the SAEs as well as the data.
 
 Prints each seed's Table 2 (profession, gender and worst-group accuracy on the balanced test set,
 percent), then every method's mean and standard deviation over the seeds, Table 1 (SAE features
@@ -19,6 +23,7 @@ machine (:func:`circuitlasso.evaluation.debias.stored_comparison_table` reads it
 
     python benchmarks/bias_in_bios.py                                 # about 2 minutes a seed
     python benchmarks/bias_in_bios.py --seeds 0 1 2
+    python benchmarks/bias_in_bios.py --seeds 0 1 2 --sae-seeds 0 1000   # two SAE builds
     python benchmarks/bias_in_bios.py --model smollm2-135m --seeds 0 1 2   # minutes a seed
 """
 
@@ -33,8 +38,11 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from sae_lens import SAE
 
-from circuitlasso.data.artifacts import write_json
+from circuitlasso.data.artifacts import MANIFEST_FILE, write_json
+from circuitlasso.data.toyworld.artifacts import default_toy_dir, load_toy_saes
+from circuitlasso.data.toyworld.build import retrained_toy_saes
 from circuitlasso.evaluation.cost.store import provenance
 from circuitlasso.evaluation.debias import (
     TOY_CONCEPTS,
@@ -71,6 +79,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layer", type=int, help="the layer the probes read (default: above)")
     parser.add_argument("--professions", nargs=2, default=["professor", "nurse"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument(
+        "--sae-seeds",
+        type=int,
+        nargs="+",
+        help="toy world only: the SAE builds to run each seed on (the shipped build's seed: its "
+        "own SAEs; another: SAEs trained again by it); default: the shipped SAEs alone",
+    )
     parser.add_argument("--max-prompts", type=int, help="rows per split (default: every row)")
     parser.add_argument(
         "--profession-signal",
@@ -89,6 +104,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def build_saes(sae_seed: int, layers: list[int]) -> dict[int, SAE]:
+    """The toy world's SAEs of ``layers`` from the SAE build ``sae_seed``: the shipped ones for
+    the shipped build's seed, else those trained again by it (cached)."""
+    shipped = json.loads((default_toy_dir() / MANIFEST_FILE).read_text())["seed"]
+    path = None if sae_seed == shipped else retrained_toy_saes(sae_seed)
+    return load_toy_saes(layers, path=path)
+
+
 def mean_and_spread(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """Each method's mean and standard deviation (ddof 1; 0 for one seed) over ``tables``."""
     stacked = pd.concat(tables, keys=range(len(tables)), names=["seed", "method"])
@@ -104,27 +127,45 @@ def main(argv: list[str] | None = None) -> None:
     default_layer, dataset, settings = SETTINGS[args.model]
     layer = default_layer if args.layer is None else args.layer
     model, saes = load_run(args.model, layer)
+    if args.sae_seeds is not None and args.model != "toy":
+        raise SystemExit("--sae-seeds retrains the toy world's SAEs only")
+    builds = {None: saes} if args.sae_seeds is None else {
+        sae_seed: build_saes(sae_seed, sorted(saes)) for sae_seed in args.sae_seeds
+    }  # fmt: skip
     signal = args.profession_signal
     if signal is None:
         signal = PROFESSION_SIGNAL.get(args.model, 1.0)
     data = dataset if signal == 1.0 else f"{dataset}, profession signal {signal}"
     print(f"{args.model}: probes on layer {layer}, SAEs of layers {sorted(saes)}; {data}")
-    tables = []
-    for seed in args.seeds:
-        splits = load_splits(dataset, args.professions, seed=seed, max_prompts=args.max_prompts,
-                             profession_signal=signal)  # fmt: skip
-        options = ComparisonOptions(n_candidates=args.n_candidates, seed=seed, **settings)
-        result = compare_methods(model, saes, layer, splits, args.professions, TOY_CONCEPTS,
-                                 options)  # fmt: skip
-        tables.append(result.table)
-        print(f"\nseed {seed}: Table 2, accuracy on the balanced test set (%)")
-        print(result.table[SCORES].round(1).to_string())
-        if args.model == "toy" and seed == args.seeds[0]:
-            print("\nThe automatic gender-feature rule against the toy world's ground truth")
-            print(rule_vs_toy_truth(model, saes, result, splits).round(3).to_string(index=False))
+    tables, runs = [], []
+    for sae_seed, saes in builds.items():
+        build = "" if sae_seed is None else f", SAE build {sae_seed}"
+        for seed in args.seeds:
+            splits = load_splits(
+                dataset, args.professions, seed=seed, max_prompts=args.max_prompts,
+                profession_signal=signal,
+            )  # fmt: skip
+            options = ComparisonOptions(n_candidates=args.n_candidates, seed=seed, **settings)
+            result = compare_methods(model, saes, layer, splits, args.professions, TOY_CONCEPTS,
+                                     options)  # fmt: skip
+            tables.append(result.table)
+            runs.append((sae_seed, seed))
+            print(f"\nseed {seed}{build}: Table 2, accuracy on the balanced test set (%)")
+            print(result.table[SCORES].round(1).to_string())
+            if args.model == "toy" and seed == args.seeds[0]:
+                print("\nThe automatic gender-feature rule against the toy world's ground truth")
+                truth = rule_vs_toy_truth(model, saes, result, splits)
+                print(truth.round(3).to_string(index=False))
+    if len(builds) > 1:
+        for sae_seed in builds:
+            chosen = [t for t, (b, _) in zip(tables, runs, strict=True) if b == sae_seed]
+            means = mean_and_spread(chosen)["mean"][SCORES].round(1)
+            print(f"\nSAE build {sae_seed}: Table 2's means over seeds {args.seeds} (%)")
+            print(means.to_string())
     spread = mean_and_spread(tables)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(f"\nTable 2 over seeds {args.seeds}: mean and standard deviation (%)")
+        over = "" if args.sae_seeds is None else f" and SAE builds {args.sae_seeds}"
+        print(f"\nTable 2 over seeds {args.seeds}{over}: mean and standard deviation (%)")
         print(spread[[("mean", s) for s in SCORES] + [("std", s) for s in SCORES]].round(1))
         print("\nTable 1: SAE features removed and seconds (means over the seeds)")
         print(spread["mean"][["features", "seconds"]].dropna().round(1).to_string())
@@ -146,17 +187,19 @@ def main(argv: list[str] | None = None) -> None:
     }
     line = {"model": args.model, "layer": layer, "seeds": args.seeds,
             "profession_signal": signal, **summary}  # fmt: skip
+    if args.sae_seeds is not None:
+        line["sae_seeds"] = args.sae_seeds
     print(json.dumps(line))
     if args.save is not None:
         per_seed = {
-            str(seed): {
+            str(seed) if sae_seed is None else f"SAE build {sae_seed}, seed {seed}": {
                 method: {k: None if math.isnan(v) else v for k, v in row.items()}
                 for method, row in table[[*SCORES, "features", "seconds"]]
                 .astype(float)
                 .to_dict("index")
                 .items()
             }
-            for seed, table in zip(args.seeds, tables, strict=True)
+            for (sae_seed, seed), table in zip(runs, tables, strict=True)
         }
         given = provenance(__file__, sys.argv[1:] if argv is None else argv)
         write_json(args.save, {**line, "per_seed": per_seed, **given})

@@ -22,6 +22,7 @@ from circuitlasso.data.toyworld import (
     load_toy_saes,
     toy_report,
 )
+from circuitlasso.data.toyworld.build import retrained_toy_saes
 from circuitlasso.data.toyworld.report import (
     ENCODE_BATCH,
     category_features,
@@ -107,6 +108,37 @@ def test_quick_build_is_deterministic(quick_build: Path, tmp_path: Path) -> None
     again = build_toy_world(tmp_path / "again", seed=0, quick=True)
     first = json.loads((quick_build / MANIFEST_FILE).read_text())["files"]
     assert json.loads((again / MANIFEST_FILE).read_text())["files"] == first
+
+
+@pytest.mark.slow
+def test_a_second_sae_build_keeps_the_model_and_trains_other_saes(
+    quick_build: Path, tmp_path: Path
+) -> None:
+    other = retrained_toy_saes(7, tmp_path / "other", source=quick_build)
+    built = json.loads((quick_build / MANIFEST_FILE).read_text())["files"]
+    files = json.loads((other / MANIFEST_FILE).read_text())["files"]
+    kept = {name: digest for name, digest in built.items() if not name.startswith("saes/")}
+    assert {name: files[name] for name in kept if name != REPORT_FILE} == {
+        name: digest for name, digest in kept.items() if name != REPORT_FILE
+    }  # the model and the tokenizer, byte for byte
+    weights = sorted(name for name in built if name.startswith("saes/") and "safetensors" in name)
+    assert weights and all(files[name] != built[name] for name in weights)  # other SAEs
+    # the SAE seed decides them: the same seed again gives the same bytes, another seed others
+    again = retrained_toy_saes(7, tmp_path / "again", source=quick_build)
+    third = retrained_toy_saes(8, tmp_path / "third", source=quick_build)
+    seeds = {name: json.loads((folder / MANIFEST_FILE).read_text())["files"] for name, folder in
+             (("again", again), ("third", third))}  # fmt: skip
+    assert all(seeds["again"][name] == files[name] for name in weights)
+    assert all(seeds["third"][name] != files[name] for name in weights)
+    model = load_toy_model(other)
+    saes, shipped = load_toy_saes(path=other), load_toy_saes(path=quick_build)
+    assert sorted(saes) == list(range(model.cfg.n_layers))
+    for layer, sae in saes.items():
+        assert sae.cfg.d_sae == shipped[layer].cfg.d_sae
+        assert not torch.equal(sae.W_dec, shipped[layer].W_dec)
+    stamp = (other / MANIFEST_FILE).stat().st_mtime_ns
+    assert retrained_toy_saes(7, other, source=quick_build) == other  # complete: kept as it is
+    assert (other / MANIFEST_FILE).stat().st_mtime_ns == stamp
 
 
 def test_missing_toy_world_says_how_to_build_it(tmp_path: Path) -> None:

@@ -84,3 +84,35 @@ def test_saving_keeps_each_seeds_table_and_where_the_run_came_from(
     assert stored["per_seed"]["3"]["ORIGINAL"]["worst_group"] == 36.0
     assert stored["per_seed"]["1"]["ORIGINAL"]["features"] is None  # NaN: no feature removed
     assert stored["per_seed"]["1"]["CircuitLasso"]["features"] == 6.0
+
+
+def test_sae_builds_repeat_every_seed_and_the_spread_covers_them(
+    benchmark_script, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path
+) -> None:
+    script = benchmark_script("bias_in_bios")
+    ran: list[tuple] = []
+    monkeypatch.setattr(script, "load_run", lambda name, layer: ("model", {0: "a", layer: "b"}))
+    monkeypatch.setattr(
+        script, "build_saes", lambda seed, layers: {"build": seed, "layers": layers}
+    )
+    monkeypatch.setattr(script, "load_splits", lambda *args, seed, **kwargs: {"seed": seed})
+    monkeypatch.setattr(script, "rule_vs_toy_truth", lambda *args: pd.DataFrame({"x": [1.0]}))
+
+    def compare(model, saes, layer, found, professions, concepts, options):
+        ran.append((saes["build"], saes["layers"], found["seed"]))
+        return Comparison(_table(found["seed"] + saes["build"]), {}, {})
+
+    monkeypatch.setattr(script, "compare_methods", compare)
+    saved = tmp_path / "bias.json"
+    script.main(["--seeds", "0", "2", "--sae-seeds", "0", "4", "--save", str(saved)])
+    # the toy world's probes on layer 3: each build's SAEs of the layers the run loaded
+    assert ran == [(0, [0, 3], 0), (0, [0, 3], 2), (4, [0, 3], 0), (4, [0, 3], 2)]
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["sae_seeds"] == [0, 4] and line["seeds"] == [0, 2]
+    # ORIGINAL's worst group 30 + 2 (seed + build): 30, 34, 38, 42 -> mean 36, sample std
+    assert line["ORIGINAL"]["mean_worst_group"] == 36.0
+    assert line["ORIGINAL"]["std_worst_group"] == round(np.std([30, 34, 38, 42], ddof=1), 2)
+    stored = json.loads(saved.read_text())
+    assert stored["per_seed"]["SAE build 4, seed 2"]["ORIGINAL"]["worst_group"] == 42.0
+    with pytest.raises(SystemExit, match="toy world's SAEs only"):
+        script.main(["--model", "smollm2-135m", "--sae-seeds", "1"])

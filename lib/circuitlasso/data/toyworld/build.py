@@ -1,8 +1,12 @@
 """One-command, seeded build of the toy world: tokenizer, language model, one SAE per layer,
-report and manifest, written to a staging folder and swapped into place when complete."""
+report and manifest, written to a staging folder and swapped into place when complete; and a
+second SAE build of the shipped world (:func:`retrained_toy_saes`: the same model and texts,
+the SAEs trained again by another seed)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -10,9 +14,21 @@ from pathlib import Path
 
 import torch
 
-from circuitlasso.data.artifacts import REPORT_FILE, staged_folder, write_json, write_manifest
+from circuitlasso.cache import cache_root
+from circuitlasso.data.artifacts import (
+    MANIFEST_FILE,
+    REPORT_FILE,
+    staged_folder,
+    write_json,
+    write_manifest,
+)
 from circuitlasso.data.sae_training import SAEConfig
-from circuitlasso.data.toyworld.artifacts import default_toy_dir, save_model
+from circuitlasso.data.toyworld.artifacts import (
+    MODEL_DIR,
+    default_toy_dir,
+    load_toy_model,
+    save_model,
+)
 from circuitlasso.data.toyworld.datasets import lm_training_texts
 from circuitlasso.data.toyworld.grammar import vocabulary
 from circuitlasso.data.toyworld.lm import (
@@ -113,4 +129,33 @@ def build_toy_world(out_dir: Path | str | None = None, seed: int = 0, quick: boo
                 "config": asdict(cfg),
             },
         )
+    return out
+
+
+def retrained_toy_saes(
+    sae_seed: int, out_dir: Path | str | None = None, source: Path | str | None = None
+) -> Path:
+    """A toy world holding ``source``'s (default: the shipped one's) tokenizer and language model
+    and SAEs trained again on the same texts with the SAE seed ``sae_seed`` (the source's SAEs
+    have its build seed): a second SAE build, to tell a result that the SAEs make from one the
+    model makes. Written to ``out_dir`` (default: ``toy_saes/seed-<sae_seed>`` in the cache) with
+    a manifest when complete; a complete one there is returned as it is. Load its SAEs with
+    ``load_toy_saes(path=...)``. They train on the stored model (its weights rounded to
+    float16), the source's on the model as it trained. Minutes on one core with the full build's
+    SAE settings."""
+    source = default_toy_dir() if source is None else Path(source)
+    out = Path(out_dir) if out_dir is not None else cache_root() / "toy_saes" / f"seed-{sae_seed}"
+    if (out / MANIFEST_FILE).is_file():
+        return out
+    shipped = json.loads((source / MANIFEST_FILE).read_text())
+    seed, cfg = shipped["seed"], QUICK if shipped["quick"] else FULL
+    with _deterministic(), staged_folder(out) as stage:
+        shutil.copytree(source / MODEL_DIR, stage / MODEL_DIR)
+        shutil.copy(source / TOKENIZER_FILE, stage / TOKENIZER_FILE)
+        model = load_toy_model(source)
+        texts = lm_training_texts(seed, cfg.n_sentences, cfg.n_biographies)
+        train_saes(model, sae_texts(texts, cfg.sae_texts, seed), replace(cfg.sae, seed=sae_seed),
+                   stage)  # fmt: skip
+        write_manifest(stage, {"retrained_from": shipped["command"], "build_seed": seed,
+                               "sae_seed": sae_seed, "sae": asdict(cfg.sae)})  # fmt: skip
     return out
