@@ -50,6 +50,8 @@ def test_the_table_shows_mean_and_spread_and_the_gap_each_method_closes(tmp_path
     assert table.loc["CircuitLasso", "worst-group gap closed"] == "0.90"
     assert table.loc["ORACLE", "worst-group gap closed"] == ""
     assert stored.provenance().startswith("smollm2-135m, probes on layer 19, seeds [0, 1]: python")
+    builds = StoredComparison({**stored.result, "sae_seeds": [0, 1000]}).provenance()
+    assert builds.startswith("smollm2-135m, probes on layer 19, seeds [0, 1], SAE builds [0, 1000]")
     assert "commit aaaaaaaaaaaa, a CPU" in repr(stored)
     assert "30.0 ± 2.0" in stored._repr_html_()
 

@@ -36,10 +36,12 @@ class StoredComparison:
         return cls(result)
 
     def provenance(self) -> str:
-        """Its model, the probes' layer, the seeds, the command, commit and machine."""
+        """Its model, the probes' layer, the seeds (and SAE builds), the command, commit and
+        machine."""
         r = self.result
-        return (f"{r['model']}, probes on layer {r['layer']}, seeds {r['seeds']}: {r['command']} "
-                f"(commit {r['commit'][:12]}, {r['machine']})")  # fmt: skip
+        builds = f", SAE builds {r['sae_seeds']}" if "sae_seeds" in r else ""
+        return (f"{r['model']}, probes on layer {r['layer']}, seeds {r['seeds']}{builds}: "
+                f"{r['command']} (commit {r['commit'][:12]}, {r['machine']})")  # fmt: skip
 
     def methods(self) -> list[str]:
         """The methods it holds, in the comparison's order (:data:`compare.METHODS`)."""
