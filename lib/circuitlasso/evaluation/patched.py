@@ -426,6 +426,7 @@ def patched_lasso(
     shares = _Shares(model, senders, nodes)
     direct = torch.zeros(len(senders), dtype=torch.float64)
     kept = clean.shape[1] * model.cfg.d_model * 4 * (2 * len(units) + 3 * len(senders))
+    kept += 2 * model.cfg.n_layers * model.cfg.n_heads * clean.shape[1] ** 2 * 4  # the patterns
     batch = prompts_per_batch(model, clean.shape[1], memory_gib, extra_bytes_per_prompt=kept)
     clock = Stopwatch()
     device = model.cfg.device
