@@ -59,6 +59,15 @@ def test_the_table_shows_mean_and_spread_and_the_gap_each_method_closes(tmp_path
 def test_a_file_that_is_not_a_saved_result_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"result.json is not .*--save result: no \['commit'\]"):
         StoredComparison.read(_result(tmp_path, commit=True))
+    with pytest.raises(FileNotFoundError, match="no benchmarks/bias_in_bios.py results in"):
+        StoredComparison.read_all(tmp_path)  # result.json is not named bias_in_bios_*.json
+
+
+def test_a_folder_gives_its_results_by_name() -> None:
+    found = StoredComparison.read_all(SHIPPED.parent)
+    names = sorted(p.name for p in SHIPPED.parent.glob("bias_in_bios_*.json"))
+    assert [f"bias_in_bios_{r.result['model']}.json" for r in found] == names
+    assert SHIPPED.name in names
 
 
 def test_the_shipped_decoder_result_summarizes_its_own_seeds() -> None:

@@ -35,6 +35,15 @@ class StoredComparison:
                              f"no {sorted(missing)}")  # fmt: skip
         return cls(result)
 
+    @classmethod
+    def read_all(cls, folder: str | Path) -> list[StoredComparison]:
+        """The results saved in ``folder`` (``bias_in_bios_*.json``, by name); FileNotFoundError
+        if none."""
+        files = sorted(Path(folder).glob("bias_in_bios_*.json"))
+        if not files:
+            raise FileNotFoundError(f"no benchmarks/bias_in_bios.py results in {folder}")
+        return [cls.read(path) for path in files]
+
     def provenance(self) -> str:
         """Its model, the probes' layer, the seeds (and SAE builds), the command, commit and
         machine."""
