@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         signal = PROFESSION_SIGNAL.get(args.model, 1.0)
     data = dataset if signal == 1.0 else f"{dataset}, profession signal {signal}"
     print(f"{args.model}: probes on layer {layer}, SAEs of layers {sorted(saes)}; {data}")
+    # where the result comes from, taken before the runs: the commit of the code that runs
+    source = provenance(__file__, sys.argv[1:] if argv is None else argv)
     tables, runs = [], []
     for sae_seed, saes in builds.items():
         build = "" if sae_seed is None else f", SAE build {sae_seed}"
@@ -201,8 +203,7 @@ def main(argv: list[str] | None = None) -> None:
             }
             for (sae_seed, seed), table in zip(runs, tables, strict=True)
         }
-        given = provenance(__file__, sys.argv[1:] if argv is None else argv)
-        write_json(args.save, {**line, "per_seed": per_seed, **given})
+        write_json(args.save, {**line, "per_seed": per_seed, **source})
 
 
 if __name__ == "__main__":

@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
         memory_gib=args.memory_gib,
         patched_rows=args.patched_rows,
     )
+    # where the result comes from, taken before the run: the commit of the code that runs
+    source = provenance(__file__, sys.argv[1:] if argv is None else argv)
     clock = Stopwatch()
     run = compare_methods(model, args.tasks, settings, store=None if args.fresh else args.store)
     test_diffs = {task: s["test"].mean_logit_diff for task, s in run.model_scores.items()}
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None, model: HookedTransformer | None = None) 
     }
     print(json.dumps(_plain(result)))
     if args.save is not None:
-        given: dict[str, object] = {**provenance(__file__, sys.argv[1:] if argv is None else argv)}
+        given: dict[str, object] = {**source}
         if "measured_at" in run.table:  # the rows read back from the store ran earlier
             given["measured_at"] = by_task("measured_at")
         write_json(args.save, _plain({**result, **given}))

@@ -116,3 +116,27 @@ def test_sae_builds_repeat_every_seed_and_the_spread_covers_them(
     assert stored["per_seed"]["SAE build 4, seed 2"]["ORIGINAL"]["worst_group"] == 42.0
     with pytest.raises(SystemExit, match="toy world's SAEs only"):
         script.main(["--model", "smollm2-135m", "--sae-seeds", "1"])
+
+
+def test_the_saved_commit_is_the_one_taken_before_the_runs(
+    benchmark_script, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """A commit made while the comparison runs must not be recorded as the code that ran."""
+    script = benchmark_script("bias_in_bios")
+    ran: list[int] = []
+
+    def provenance(path, argv) -> dict[str, str]:
+        commit = "after the runs" if ran else "before the runs"
+        return {"command": "python benchmarks/bias_in_bios.py", "commit": commit, "machine": "m"}
+
+    def compare(*args) -> Comparison:
+        ran.append(args[3]["seed"])
+        return Comparison(_table(args[3]["seed"]), {}, {})
+
+    monkeypatch.setattr(script, "provenance", provenance)
+    monkeypatch.setattr(script, "load_run", lambda name, layer: ("model", {layer: "sae"}))
+    monkeypatch.setattr(script, "load_splits", lambda *args, seed, **kwargs: {"seed": seed})
+    monkeypatch.setattr(script, "compare_methods", compare)
+    saved = tmp_path / "bias.json"
+    script.main(["--model", "smollm2-135m", "--seeds", "1", "--save", str(saved)])
+    assert ran == [1] and json.loads(saved.read_text())["commit"] == "before the runs"
