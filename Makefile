@@ -36,12 +36,15 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Debian's chromium, which the browser tests (tests/browser) drive with Playwright: Playwright's
-# own browser download needs more than the package registries
+# own browser download needs more than the package registries. A file target: once installed it
+# is up to date and takes no job slot (under -j2 a phony step would send the integration tests
+# to the back of the queue)
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-browser:
-	test -x $(CHROMIUM) || ($(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+browser: $(CHROMIUM)
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 # The real data sets (CoLA) come from a local mirror when one sits beside the checkout or in
 # data/mirror/ (offline machines; data/README.md), else they are downloaded on first use; a
@@ -49,11 +52,13 @@ browser:
 MIRROR := $(or $(CIRCUITLASSO_MIRROR),$(wildcard $(abspath ../shared/data)),$(wildcard $(CURDIR)/data/mirror))
 
 # the book's profiles (toy, and the real model where it answers), rendered; it ends with a table of
-# each stage's seconds and the files it wrote to the cache. Two sections run at once, on one thread
-# each: most of a section's work is on one core (imports, Python, the compiled solver loops)
+# each stage's seconds and the files it wrote to the cache, then checks every section's summary
+# against notebooks/reference/ (exit 1 on a departure, the book built all the same). Two
+# sections run at once, on one thread each: most of a section's work is on one core (imports,
+# Python, the compiled solver loops)
 BOOK_JOBS ?= 2
 book: install
-	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce --render --jobs $(BOOK_JOBS)
+	CIRCUITLASSO_MIRROR=$(MIRROR) $(BIN)/circuitlasso reproduce --render --check --jobs $(BOOK_JOBS)
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
 lint: install
@@ -69,10 +74,11 @@ typecheck: install
 quick: lint typecheck
 	OMP_NUM_THREADS=1 $(BIN)/pytest -m "not slow and not gpu and not book" tests/unit -x -q
 
-unit: install browser
+unit: install $(CHROMIUM)
 	$(BIN)/pytest tests
 
-# the book test (every section run as `make book` runs it, then rendered) and the other tests
+# the book test (every section run as `make book` runs it, the real models' at the quick build's
+# sizes, then rendered) and the other tests
 book-check: install
 	$(BIN)/pytest -m book tests
 
@@ -89,7 +95,7 @@ unit-slow: install
 unit-fast: install
 	$(BIN)/pytest -m "not slow and not gpu and not book" tests/unit
 
-integration-tests: install browser
+integration-tests: install $(CHROMIUM)
 	$(BIN)/pytest -m "not gpu and not book" tests/integration tests/browser
 
 NBVAL := $(BIN)/pytest --nbval-lax --sanitize-with tests/nbval_sanitize.cfg -p no:randomly
@@ -110,7 +116,7 @@ nbval-perturbed: install
 # this order: integration and browser (about 8), the perturbed nbval (5), the fast unit tests (3),
 # type check, lint. Each job's output is printed whole when it ends, and every job runs even
 # when another fails (-k): one red job does not hide the others.
-test: install
+test: install $(CHROMIUM)
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -k -j2 --output-sync=target checks
 
 checks: book-check unit-slow integration-tests nbval-perturbed unit-fast typecheck lint

@@ -1,4 +1,4 @@
-"""Run every section on the toy profile in a copy of the repository and build the book."""
+"""Run every section in a copy of the repository, as a quick build, and build the book."""
 
 from __future__ import annotations
 
@@ -40,12 +40,13 @@ def _copy_book(root: Path) -> rp.Project:
 
 @pytest.fixture(scope="module")
 def built_book(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    # The book in two parts at once, one section at a time each, as `make book` runs them: the
-    # sections on the toy world under another machine's rounding (tests/perturbed-fp), so that
-    # comparing them with the committed outputs is nbval's check on another machine (make's
-    # perturbed nbval job checks the other notebooks), and the sections on the real models. Each
-    # part in a copy of its own (no reproduce reads a notebook the other is writing); the toy
-    # part's pages then join the others and the book is rendered.
+    # The book in two parts at once, each section on one thread as `make book` runs them: the
+    # sections on the toy world, one at a time, under another machine's rounding
+    # (tests/perturbed-fp), so that comparing them with the committed outputs is nbval's check
+    # on another machine (make's perturbed nbval job checks the other notebooks), and the
+    # sections on the real models at the quick build's sizes (notebooks/params/quick/), two at
+    # a time. Each part in a copy of its own (no reproduce reads a notebook the other is
+    # writing); the toy part's pages then join the others and the book is rendered.
     project = _copy_book(tmp_path_factory.mktemp("book"))
     toy = _copy_book(tmp_path_factory.mktemp("book_toy"))
     planned = rp.plan(project, rp.BOOK_PROFILES)
@@ -55,11 +56,12 @@ def built_book(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> P
     cli = [str(Path(sys.executable).parent / "circuitlasso"), "reproduce", "--no-progress"]
     runs = [
         subprocess.Popen(
-            [*prefix, *cli, f"--root={part.root}", *(f"--section={s}" for s in chosen)], env=env
+            [*wrap, *cli, *flags, f"--root={part.root}", *(f"--section={s}" for s in chosen)],
+            env=env,
         )
-        for prefix, part, chosen in (
-            ([str(PERTURBED_FP)], toy, sorted(on_toy)),
-            ([], project, sorted(on_models)),
+        for wrap, flags, part, chosen in (
+            ([str(PERTURBED_FP)], [], toy, sorted(on_toy)),
+            ([], ["--quick", "--jobs=2"], project, sorted(on_models)),
         )
     ]
     assert [run.wait() for run in runs] == [0, 0], "a section failed (see its output above)"
@@ -128,13 +130,15 @@ def test_api_reference_documents_the_library(built_book: Path) -> None:
 
 @pytest.mark.slow
 def test_every_section_summary_matches_its_profile_reference(built_book: Path) -> None:
-    # notebooks/reference/<profile>.yaml: each number's value and the tolerance another
-    # machine's rounding is allowed (checked there by running the book under tests/perturbed-fp)
+    # notebooks/reference/<profile>.yaml, or notebooks/reference/quick/ for the sections the
+    # quick build runs smaller: each number's value and the tolerance another machine's rounding
+    # is allowed (checked there by running the book under tests/perturbed-fp)
     project = rp.Project(built_book)
     planned = rp.plan(project, rp.BOOK_PROFILES)
+    assert {p for p in planned.values() if rp.quick_sections(project, p)} == {"real", "decoder"}
     for profile in set(planned.values()):
         ran = [s for s, p in planned.items() if p == profile]
-        problems = sm.check_summaries(project, profile, ran)
+        problems = sm.check_summaries(project, profile, ran, quick=True)
         assert problems == {section: [] for section in ran}
 
 

@@ -273,6 +273,11 @@ def test_the_summary_is_read_back_from_the_executed_notebook(project: rp.Project
     nbformat.write(nb, project.executed("alpha"))
     read = sm.read_summary(project.executed("alpha"))
     assert read == {"n": 3, "values": [0.0, 1.0], "ok": True, "recall": None}
+    # the kernel may send the line in two messages, its newline last
+    nb.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=line[:-1]),
+                            nbformat.v4.new_output("stream", name="stdout", text="\n")]  # fmt: skip
+    nbformat.write(nb, project.executed("alpha"))
+    assert sm.read_summary(project.executed("alpha")) == read
     project.reference("toy").parent.mkdir()
     project.reference("toy").write_text(
         "alpha:\n  n: {value: 3}\n  values: {unchecked: x}\n  recall: {value: null}\n"
@@ -450,3 +455,41 @@ def test_sections_start_longest_first_by_their_last_run_and_new_real_ones_before
     assert rp.start_order(project, plans) == ["delta", "gamma", "beta", "alpha"]
     assert rp.last_seconds(project, "beta", "toy") == 30.0
     assert rp.last_seconds(project, "delta", "real") is None
+
+
+def test_a_quick_build_runs_the_sections_it_lists_smaller_and_checks_them_on_their_own(
+    project: rp.Project,
+) -> None:
+    quick = project.quick_params("paper")
+    quick.parent.mkdir()
+    quick.write_text("alpha:\n  seed: 5\n")
+    assert rp.quick_sections(project, "paper") == {"alpha": {"seed": 5}}
+    assert rp.quick_sections(project, "toy") == {}
+    assert rp.resolve_parameters(project, "paper", "alpha", {}, quick=True) == {
+        "profile": "paper", "lam": 0.01, "seed": 5}  # fmt: skip
+    assert rp.resolve_parameters(project, "paper", "alpha", {"seed": 1}, quick=True)["seed"] == 1
+    assert "seed" not in rp.resolve_parameters(project, "paper", "alpha", {})
+    quick.write_text("alpha:\n  depth: 5\n")
+    with pytest.raises(rp.ReproduceError, match=r"'depth'.*params/quick/paper.yaml \[alpha\]"):
+        rp.resolve_parameters(project, "paper", "alpha", {}, quick=True)
+    quick.write_text("alpha:\n  seed: 5\n")
+    # the summaries: the quick run against the quick reference, the other section as it is
+    project.sections_out.mkdir(parents=True)
+    for section, seed in (("alpha", 5), ("beta", 0)):
+        nb = nbformat.read(project.template(section), as_version=4)
+        line = f'{{"seed": {seed}}}\n'
+        nb.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=line)]
+        nbformat.write(nb, project.executed(section))
+    project.reference("paper").parent.mkdir()
+    project.reference("paper").write_text("alpha:\n  seed: {value: 0}\nbeta:\n  seed: {value: 0}\n")
+    assert sm.check_summaries(project, "paper", ["alpha", "beta"]) == {
+        "alpha": ["seed: 5 != 0"], "beta": []}  # fmt: skip
+    with pytest.raises(rp.ReproduceError, match="no reference for profile 'paper'.*quick"):
+        sm.check_summaries(project, "paper", ["alpha", "beta"], quick=True)
+    project.reference("paper", quick=True).parent.mkdir()
+    project.reference("paper", quick=True).write_text("beta:\n  seed: {value: 0}\n")
+    with pytest.raises(rp.ReproduceError, match=r"quick/paper.yaml has no entry for .*s. alpha"):
+        sm.check_summaries(project, "paper", ["alpha", "beta"], quick=True)
+    project.reference("paper", quick=True).write_text("alpha:\n  seed: {value: 5}\n")
+    assert sm.check_summaries(project, "paper", ["alpha", "beta"], quick=True) == {
+        "alpha": [], "beta": []}  # fmt: skip

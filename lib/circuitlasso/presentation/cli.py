@@ -27,7 +27,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     per_section = rp.split_overrides(project, chosen, overrides)
     plans = {
         page: rp.resolve_parameters(
-            project, profile, rp.page_section(project, page), per_section[page]
+            project, profile, rp.page_section(project, page), per_section[page], quick=args.quick
         )
         for page, profile in chosen.items()
     }
@@ -55,10 +55,13 @@ def _reproduce(args: argparse.Namespace) -> int:
     problems: dict[str, list[str]] = {}
     for profile in dict.fromkeys(chosen.values()):
         ran = [s for s, p in chosen.items() if p == profile]
-        for section, found in sm.check_summaries(project, profile, ran).items():
+        smaller = rp.quick_sections(project, profile) if args.quick else {}
+        found_by_page = sm.check_summaries(project, profile, ran, quick=args.quick)
+        for section, found in found_by_page.items():
             problems[section] = found
             verdict = "matches the reference" if not found else f"{len(found)} departure(s)"
-            print(f"[{section}] summary {verdict}: {project.reference(profile)}")
+            quick = rp.page_section(project, section) in smaller
+            print(f"[{section}] summary {verdict}: {project.reference(profile, quick)}")
             for line in found:
                 print(f"  {line}")
     return 1 if any(problems.values()) else 0
@@ -312,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after running, compare each section's JSON summary with the profile's reference "
         "(notebooks/reference/PROFILE.yaml: values and tolerances); exit 1 on any departure",
+    )
+    rep.add_argument(
+        "--quick",
+        action="store_true",
+        help="a quick build, as the book test runs it: the real models' sections at the smaller "
+        "sizes of notebooks/params/quick/PROFILE.yaml (fewer prompts, points and steps), "
+        "checked (--check) against notebooks/reference/quick/PROFILE.yaml",
     )
     rep.add_argument(
         "--jobs",

@@ -33,6 +33,7 @@ PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
 ONLY_TAG = "only-"  # a cell tagged only-<profile> is kept on that profile alone
 BOOK_PROFILES = ("toy", "real", "decoder")  # what `make book` runs (see plan)
+QUICK = "quick"  # notebooks/params/quick/, notebooks/reference/quick/: the quick build's sizes
 HIDE_INPUT_TAG = "hide-input"  # the book shows the cell's output, its code behind a toggle
 LONG_CELL = 5  # lines of code above which an executed cell's code is collapsed in the book
 
@@ -55,6 +56,10 @@ class Project:
     def params(self) -> Path:
         return self.notebooks / "params"
 
+    def quick_params(self, profile: str) -> Path:
+        """The smaller sizes of a quick build of ``profile``'s sections (:func:`quick_sections`)."""
+        return self.params / QUICK / f"{profile}.yaml"
+
     @property
     def sections_out(self) -> Path:
         return self.root / "book" / "sections"
@@ -65,8 +70,9 @@ class Project:
     def executed(self, page: str) -> Path:
         return self.sections_out / f"{page}.ipynb"
 
-    def reference(self, profile: str) -> Path:
-        return self.notebooks / "reference" / f"{profile}.yaml"
+    def reference(self, profile: str, quick: bool = False) -> Path:
+        folder = self.notebooks / "reference"
+        return (folder / QUICK if quick else folder) / f"{profile}.yaml"
 
 
 def find_project(start: Path | None = None) -> Project:
@@ -101,6 +107,16 @@ def profile_sections(project: Project, profile: str) -> list[str]:
     check_choice("profile", profile, profiles(project))
     table = yaml.safe_load((project.params / f"{profile}.yaml").read_text()) or {}
     return [s for s in sections(project) if s in table]
+
+
+def quick_sections(project: Project, profile: str) -> dict[str, dict[str, Any]]:
+    """``{section: parameters}`` of ``notebooks/params/quick/<profile>.yaml``: a quick build
+    (``circuitlasso reproduce --quick``, the book test) runs these sections of ``profile`` with
+    these values over the profile's, and checks them against
+    ``notebooks/reference/quick/<profile>.yaml``; the profile's other sections run as they are."""
+    path = project.quick_params(profile)
+    table = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return {section: dict(values or {}) for section, values in table.items()}
 
 
 def pages(project: Project) -> dict[str, tuple[str, str]]:
@@ -197,16 +213,24 @@ def check_choice(kind: str, name: str, valid: Iterable[str]) -> None:
 
 
 def resolve_parameters(
-    project: Project, profile: str, section: str, overrides: Mapping[str, Any]
+    project: Project,
+    profile: str,
+    section: str,
+    overrides: Mapping[str, Any],
+    *,
+    quick: bool = False,
 ) -> dict[str, Any]:
-    """Profile values for ``section`` updated by ``overrides``, all checked against the template."""
+    """Profile values for ``section`` updated by the quick build's (``quick``, see
+    :func:`quick_sections`), then by ``overrides``; all checked against the template."""
     check_choice("profile", profile, profiles(project))
     check_choice("section", section, sections(project))
     known = template_parameters(project.template(section))
     table = yaml.safe_load((project.params / f"{profile}.yaml").read_text()) or {}
     values = {"profile": profile, **(table.get(section) or {})}
+    smaller = quick_sections(project, profile).get(section, {}) if quick else {}
     for source, mapping in (
         (f"notebooks/params/{profile}.yaml [{section}]", values),
+        (f"notebooks/params/{QUICK}/{profile}.yaml [{section}]", smaller),
         ("-p", overrides),
     ):
         for name in mapping:
@@ -215,7 +239,7 @@ def resolve_parameters(
                     f"unknown parameter '{name}' for section '{section}' (from {source}); "
                     f"valid: {', '.join(known)}"
                 )
-    return {**values, **overrides}
+    return {**values, **smaller, **overrides}
 
 
 def split_overrides(

@@ -22,6 +22,7 @@ from circuitlasso.presentation.reproduce import (
     ReproduceError,
     find_project,
     page_section,
+    quick_sections,
     sections,
 )
 
@@ -50,11 +51,12 @@ def read_summary(path: Path) -> dict[str, Any]:
     """The summary an executed notebook printed last (see :func:`print_summary`)."""
     nb = nbformat.read(path, as_version=4)
     for cell in reversed(nb.cells):
-        streams = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
-        if cell.cell_type == "code" and streams:
-            last = streams[-1]["text"].strip().splitlines()[-1]
+        # the cell's printed text, whole: the kernel may send one line in several messages
+        printed = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
+        text = "".join(o["text"] for o in printed if o.get("name") == "stdout")
+        if cell.cell_type == "code" and text.strip():
             try:
-                return json.loads(last)
+                return json.loads(text.strip().splitlines()[-1])
             except json.JSONDecodeError:
                 break
     raise ReproduceError(f"{path}: its last printed line is not a JSON summary")
@@ -142,17 +144,26 @@ def summary_check(section: str, summary: Mapping[str, Any], profile: str,
     return f"{section}: all {count} checks of {path.name} hold"
 
 
-def check_summaries(project: Project, profile: str, chosen: Iterable[str] | None = None
-                    ) -> dict[str, list[str]]:  # fmt: skip
+def check_summaries(project: Project, profile: str, chosen: Iterable[str] | None = None,
+                    *, quick: bool = False) -> dict[str, list[str]]:  # fmt: skip
     """Per executed page (a section, or a page of :func:`pages`): how its summary departs from
-    the section's entry of ``notebooks/reference/<profile>.yaml``."""
-    path = project.reference(profile)
-    if not path.is_file():
-        raise ReproduceError(f"no reference for profile '{profile}' ({path})")
-    reference = yaml.safe_load(path.read_text()) or {}
+    the section's entry of ``notebooks/reference/<profile>.yaml``; after a quick build
+    (``quick``), from ``notebooks/reference/quick/<profile>.yaml`` for the sections it runs
+    smaller (:func:`circuitlasso.presentation.reproduce.quick_sections`)."""
+    smaller = quick_sections(project, profile) if quick else {}
     chosen = {page: page_section(project, page) for page in chosen or sections(project)}
-    missing = [s for s in chosen.values() if s not in reference]
-    if missing:
-        raise ReproduceError(f"{path.name} has no entry for section(s) {', '.join(missing)}")
-    return {page: compare_summary(read_summary(project.executed(page)), reference[section])
+    references: dict[str, Any] = {}
+    for quick_size in (False, True):
+        wanted = [s for s in dict.fromkeys(chosen.values()) if (s in smaller) == quick_size]
+        if not wanted:
+            continue
+        path = project.reference(profile, quick=quick_size)
+        if not path.is_file():
+            raise ReproduceError(f"no reference for profile '{profile}' ({path})")
+        reference = yaml.safe_load(path.read_text()) or {}
+        missing = [s for s in wanted if s not in reference]
+        if missing:
+            raise ReproduceError(f"{path} has no entry for section(s) {', '.join(missing)}")
+        references.update({section: reference[section] for section in wanted})
+    return {page: compare_summary(read_summary(project.executed(page)), references[section])
             for page, section in chosen.items()}  # fmt: skip
