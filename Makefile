@@ -111,10 +111,10 @@ nbval-perturbed: install
 # seven jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
 # every parallel region wait for a descheduled thread (a notebook then takes several times
 # longer). Longest first, so that no long job starts last while the other core idles: the book
-# check (itself two processes: the toy sections and the real models' ones, about 25 minutes of
-# CPU) and the slow unit tests (about 10) start at once; the others take the first core free, in
-# this order: integration and browser (about 8), the perturbed nbval (5), the fast unit tests (3),
-# type check, lint. Each job's output is printed whole when it ends, and every job runs even
+# check (itself two processes: the toy sections, and the real models' at the quick build's sizes
+# two at a time; about 17 minutes of CPU) and the slow unit tests (about 10) start at once; the
+# others take the first core free, in this order: integration and browser (about 7), the
+# perturbed nbval (3), the fast unit tests (3), type check, lint. Each job's output is printed whole when it ends, and every job runs even
 # when another fails (-k): one red job does not hide the others.
 test: install $(CHROMIUM)
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -k -j2 --output-sync=target checks
