@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install browser book test quick checks lint typecheck unit book-check other-tests unit-tests unit-slow unit-fast integration-tests nbval-perturbed baseline clean
+.PHONY: install browser book test quick quick-tests checks lint typecheck unit book-check other-tests unit-tests unit-slow unit-fast integration-tests nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,10 +68,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# the contributor's loop before every commit (about 4 minutes on 2 cores): lint, type check, the
-# unit tests not marked slow (no real model loaded or trained, no notebook run, no cluster), on
-# one thread. `make test` still runs everything.
-quick: lint typecheck
+# the contributor's loop before every commit (about 4 minutes on 2 cores): the unit tests not
+# marked slow (no real model loaded or trained, no notebook run, no cluster), on one thread, and
+# beside them on the other core lint and type check. `make test` still runs everything.
+quick: install
+	$(MAKE) --no-print-directory -k -j2 --output-sync=target quick-tests lint typecheck
+
+quick-tests: install
 	OMP_NUM_THREADS=1 $(BIN)/pytest -m "not slow and not gpu and not book" tests/unit -x -q
 
 unit: install $(CHROMIUM)
