@@ -55,13 +55,12 @@ def _reproduce(args: argparse.Namespace) -> int:
     problems: dict[str, list[str]] = {}
     for profile in dict.fromkeys(chosen.values()):
         ran = [s for s, p in chosen.items() if p == profile]
-        smaller = rp.quick_sections(project, profile) if args.quick else {}
-        found_by_page = sm.check_summaries(project, profile, ran, quick=args.quick)
-        for section, found in found_by_page.items():
-            problems[section] = found
+        for page, found in sm.check_summaries(project, profile, ran, quick=args.quick).items():
+            problems[page] = found
             verdict = "matches the reference" if not found else f"{len(found)} departure(s)"
-            quick = rp.page_section(project, section) in smaller
-            print(f"[{section}] summary {verdict}: {project.reference(profile, quick)}")
+            section = rp.page_section(project, page)
+            reference = rp.summary_reference(project, profile, section, args.quick)
+            print(f"[{page}] summary {verdict}: {reference}")
             for line in found:
                 print(f"  {line}")
     return 1 if any(problems.values()) else 0

@@ -119,6 +119,12 @@ def quick_sections(project: Project, profile: str) -> dict[str, dict[str, Any]]:
     return {section: dict(values or {}) for section, values in table.items()}
 
 
+def summary_reference(project: Project, profile: str, section: str, quick: bool = False) -> Path:
+    """The reference ``section``'s summary on ``profile`` is checked against: the quick build's
+    (``notebooks/reference/quick/``) for a section it runs smaller, else the profile's."""
+    return project.reference(profile, quick=quick and section in quick_sections(project, profile))
+
+
 def pages(project: Project) -> dict[str, tuple[str, str]]:
     """The pages of ``_toc.yml`` that run a section on a profile of their own,
     ``book/sections/<section>_<profile>``: ``{page: (section, profile)}`` in book order (e.g.

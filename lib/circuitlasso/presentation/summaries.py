@@ -22,8 +22,8 @@ from circuitlasso.presentation.reproduce import (
     ReproduceError,
     find_project,
     page_section,
-    quick_sections,
     sections,
+    summary_reference,
 )
 
 _SPEC_KEYS = {"value", "abs", "rel", "min", "max", "unchecked"}
@@ -150,14 +150,12 @@ def check_summaries(project: Project, profile: str, chosen: Iterable[str] | None
     the section's entry of ``notebooks/reference/<profile>.yaml``; after a quick build
     (``quick``), from ``notebooks/reference/quick/<profile>.yaml`` for the sections it runs
     smaller (:func:`circuitlasso.presentation.reproduce.quick_sections`)."""
-    smaller = quick_sections(project, profile) if quick else {}
     chosen = {page: page_section(project, page) for page in chosen or sections(project)}
+    by_path: dict[Path, list[str]] = {}
+    for section in dict.fromkeys(chosen.values()):
+        by_path.setdefault(summary_reference(project, profile, section, quick), []).append(section)
     references: dict[str, Any] = {}
-    for quick_size in (False, True):
-        wanted = [s for s in dict.fromkeys(chosen.values()) if (s in smaller) == quick_size]
-        if not wanted:
-            continue
-        path = project.reference(profile, quick=quick_size)
+    for path, wanted in by_path.items():
         if not path.is_file():
             raise ReproduceError(f"no reference for profile '{profile}' ({path})")
         reference = yaml.safe_load(path.read_text()) or {}
