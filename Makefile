@@ -81,8 +81,9 @@ unit: install $(CHROMIUM)
 	$(BIN)/pytest tests
 
 # the book test (every section run as `make book` runs it, the real models' at the quick build's
-# sizes, then rendered) and the other tests
-book-check: install
+# sizes, then rendered; the browser then opens every page of it and the graphs its decoder
+# chapter writes) and the other tests
+book-check: install $(CHROMIUM)
 	$(BIN)/pytest -m book tests
 
 # the other tests: the unit tests in two jobs, those marked slow (real models, notebooks'

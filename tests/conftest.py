@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from circuitlasso.data.bias_in_bios import (
     TRAIN_SPLITS,
 )
 from circuitlasso.estimator import CircuitLasso
+from circuitlasso.presentation import reproduce as rp
 from circuitlasso.study import FeatureStudy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,3 +218,60 @@ def smollm2_model() -> Any:
     from circuitlasso.data.models import load_model
 
     return load_model("smollm2-135m")
+
+
+# -- the book as `make book` builds it, at the quick build's sizes -----------------------------
+
+BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
+PERTURBED_FP = ROOT / "tests" / "perturbed-fp"
+
+
+def _copy_book(root: Path) -> rp.Project:
+    """The files `make book` reads, copied to ``root`` (no executed section among them)."""
+    for name in BOOK_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("sections"))
+        else:
+            shutil.copy(source, root / name)
+    return rp.Project(root)
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    """The whole book, every section run and rendered, in a copy of the repository; its root
+    (``_build/html`` holds the pages, ``book/sections`` the executed notebooks and graphs).
+    Built once per session, for the book test (tests/integration/test_book.py) and the browser
+    tests that open its pages (tests/browser, marked ``book`` too).
+
+    Two parts at once, each section on one thread as `make book` runs them: the sections on the
+    toy world, one at a time, under another machine's rounding (tests/perturbed-fp), so that
+    comparing them with the committed outputs is nbval's check on another machine (make's
+    perturbed nbval job checks the other notebooks), and the sections on the real models at the
+    quick build's sizes (notebooks/params/quick/), two at a time. Each part in a copy of its own
+    (no reproduce reads a notebook the other is writing); the toy part's pages then join the
+    others and the book is rendered."""
+    project = _copy_book(tmp_path_factory.mktemp("book"))
+    toy = _copy_book(tmp_path_factory.mktemp("book_toy"))
+    planned = rp.plan(project, rp.BOOK_PROFILES)
+    on_toy = {rp.page_section(project, page) for page, kind in planned.items() if kind == "toy"}
+    on_models = {rp.page_section(project, page) for page in planned} - on_toy
+    env = {**os.environ, cache.MIRROR_ENV: str(shared_data)}  # CoLA, for the real chapters
+    cli = [str(Path(sys.executable).parent / "circuitlasso"), "reproduce", "--no-progress"]
+    runs = [
+        subprocess.Popen(
+            [*wrap, *cli, *flags, f"--root={part.root}", *(f"--section={s}" for s in chosen)],
+            env=env,
+        )
+        for wrap, flags, part, chosen in (
+            ([str(PERTURBED_FP)], [], toy, sorted(on_toy)),
+            ([], ["--quick", "--jobs=2"], project, sorted(on_models)),
+        )
+    ]
+    assert [run.wait() for run in runs] == [0, 0], "a section failed (see its output above)"
+    shutil.copytree(toy.sections_out, project.sections_out, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("build_info.md"))  # fmt: skip
+    rp.write_build_info(project)
+    jb = Path(sys.executable).parent / "jupyter-book"
+    subprocess.run([str(jb), "build", str(project.root)], check=True)
+    return project.root

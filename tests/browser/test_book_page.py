@@ -1,7 +1,7 @@
 """A book built with the project's ``_config.yml``, read in Chromium with the network cut: the
 method chapter's formulas are typeset (no raw ``\\(`` left), a wide table scrolls, a long code
-cell is collapsed; and the project's whole book, every page of it opened, asks nothing of the
-network and raises no script error."""
+cell is collapsed; and the project's whole book as `make book` builds it (the book test's), every
+page of it opened, asks nothing of the network and raises no script error."""
 
 from __future__ import annotations
 
@@ -71,28 +71,6 @@ def _jupyter_book(root: Path) -> Path:
     return root / "_build" / "html"
 
 
-@pytest.fixture(scope="module")
-def whole_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's book, every page of ``_toc.yml``, built in a copy without running anything:
-    a section's page is its executed notebook in ``book/sections`` where the checkout has one
-    (``make book`` writes them), else its template with the committed ``toy`` outputs (the
-    decoder-only IOI template carries none). Returns the copy's root."""
-    root = tmp_path_factory.mktemp("whole_book")
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy(ROOT / name, root)
-    shutil.copytree(ROOT / "book", root / "book")
-    source, project = rp.Project(ROOT), rp.Project(root)
-    project.sections_out.mkdir(exist_ok=True)
-    for entry in rp.toc_files(root):
-        page = entry.removeprefix("book/sections/")
-        if page != entry and not project.executed(page).is_file():
-            shutil.copy(source.template(rp.page_section(source, page)), project.executed(page))
-    if not (project.sections_out / "build_info.md").is_file():
-        rp.write_build_info(project)
-    _jupyter_book(root)
-    return root
-
-
 def typeset(page: Page) -> None:
     page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
     page.evaluate("MathJax.startup.promise")
@@ -134,14 +112,16 @@ def test_a_wide_table_scrolls_and_a_long_cell_is_collapsed(page: Page, book: Pat
 
 
 @pytest.mark.slow
-def test_every_page_of_the_book_stays_offline(page: Page, whole_book: Path) -> None:
-    """Every HTML page of the built book (its theme's Jinja macro files under ``_static/``
-    aside: assets, not pages), the search, index and module index pages among them, opened in
-    turn: no request leaves the machine (a notebook's ipywidgets output, for one, would load
-    require.js and the widgets' HTML manager from a CDN) and no script fails."""
-    html = whole_book / "_build" / "html"
+@pytest.mark.book
+def test_every_page_of_the_book_stays_offline(page: Page, built_book: Path) -> None:
+    """Every HTML page of the book as `make book` builds it (the book test's, ``built_book``),
+    its theme's Jinja macro files under ``_static/`` aside (assets, not pages), the search,
+    index and module index pages among them, opened in turn: no request leaves the machine (a
+    notebook's ipywidgets output, for one, would load require.js and the widgets' HTML manager
+    from a CDN) and no script fails."""
+    html = built_book / "_build" / "html"
     pages = sorted(p for p in html.rglob("*.html") if "_static" not in p.relative_to(html).parts)
-    toc = rp.toc_files(whole_book)
+    toc = rp.toc_files(built_book)
     assert {html / f"{entry}.html" for entry in toc} <= set(pages)
     outside: dict[str, list[str]] = {}
     failures: dict[str, list[str]] = {}

@@ -1,7 +1,8 @@
 """Prompt circuits in circuit-tracer's attribution-graph viewer, served by its local server with
-the page's scripts from local copies: a toy-world prompt's, and a CoLA sentence's on the real
-decoder (SmolLM2-135M with its shipped SAEs). Every node and link of the file is drawn, clicking a
-node shows its label, a feature's panel shows its top prompts, and no request leaves the machine."""
+the page's scripts from local copies: a toy-world prompt's, and the CoLA sentences' on the real
+decoder (SmolLM2-135M with its shipped SAEs) that the book's chapter writes. Every node and link
+of the file is drawn, clicking a node shows its label, a feature's panel shows its top prompts,
+and no request leaves the machine."""
 
 from __future__ import annotations
 
@@ -11,11 +12,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page
 
-from circuitlasso import cache
 from circuitlasso.circuits import trace as tr
-from circuitlasso.estimator import CircuitLasso
 from circuitlasso.presentation import circuit_tracer as ct
-from circuitlasso.study import FeatureStudy
 
 ROW = 7
 
@@ -27,25 +25,6 @@ def graph(toy_circuit, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tr.interpret_circuit(circuit, study.top_tokens)
     return ct.to_circuit_tracer(circuit, study.prompts[ROW], lasso, study.model, study.saes,
                                 study.prompts, tmp_path_factory.mktemp("graphs"),
-                                name=study.name, examples=3)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def decoder_graph(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CoLA sentence's circuit on SmolLM2-135M, from 300 training sentences and two of its SAE
-    layers, written as a graph file."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(cache.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        patch.setenv(cache.MIRROR_ENV, str(shared_data))
-        study = FeatureStudy.load("smollm2-135m", [9, 14], "resid_post", "cola",
-                                  ("train", "in_domain_dev"), max_prompts=300, label_prompts=20,
-                                  seed=1, batch_size=64)  # fmt: skip
-    lasso = CircuitLasso(label_lam_ratio=0.05, lam_ratio=0.1, roots=4, k=2, min_prompts=5)
-    lasso.fit(study.Z, study.y)
-    circuit = lasso.prompt_circuit(ROW)
-    tr.interpret_circuit(circuit, study.top_tokens)
-    return ct.to_circuit_tracer(circuit, study.prompts[ROW], lasso, study.model, study.saes,
-                                study.prompts, tmp_path_factory.mktemp("decoder_graphs"),
                                 name=study.name, examples=3)  # fmt: skip
 
 
@@ -61,26 +40,36 @@ def click(page: Page, node_id: str) -> None:
 
 def test_the_viewer_draws_the_graph_offline(page: Page, graph: Path, screenshot) -> None:
     with ct.serve(graph.parent) as viewer:
-        check_viewer(page, graph, viewer)
+        check_viewer(page, graph, viewer.url)
         screenshot("circuit-tracer-viewer")
 
 
-@pytest.mark.slow  # the real decoder, its features collected and a circuit fitted
-def test_the_viewer_draws_a_decoder_prompt_graph_offline(
-    page: Page, decoder_graph: Path, screenshot
+@pytest.mark.slow
+@pytest.mark.book
+def test_the_viewer_draws_the_books_decoder_prompt_graphs_offline(
+    page: Page, built_book: Path, screenshot
 ) -> None:
-    with ct.serve(decoder_graph.parent) as viewer:
-        check_viewer(page, decoder_graph, viewer)
+    """The graphs the CoLA chapter on the decoder writes (SmolLM2-135M with its shipped SAEs),
+    in the book as `make book` builds it (the book test's, ``built_book``)."""
+    folder = built_book / "book" / "sections" / "graphs" / "cola_circuits_decoder"
+    graphs = sorted(folder.glob("*-prompt-*.json"))
+    assert graphs, f"no prompt graph in {folder}"
+    with ct.serve(folder) as viewer:
+        for graph in graphs:
+            check_viewer(page, graph, f"{viewer.url}?slug={graph.stem}")
         screenshot("circuit-tracer-viewer-decoder")
 
 
-def check_viewer(page: Page, graph: Path, viewer: ct.Viewer) -> None:
-    """The viewer at ``viewer.url`` draws every node of ``graph``, lists its links in the
-    nodes' panels, shows each node's label and a feature's top prompts, and fetches nothing
-    from outside the machine; the page is left on that feature's panel."""
+def check_viewer(page: Page, graph: Path, url: str) -> None:
+    """The viewer at ``url`` draws every node of ``graph``, lists its links in the nodes'
+    panels, shows each node's label and a feature's top prompts (as many as its file in the
+    graph's folder holds), and fetches nothing from outside the machine; the page is left on
+    that feature's panel."""
     data = json.loads(graph.read_text())
     nodes = {n["node_id"]: n for n in data["nodes"]}
-    page.goto(viewer.url)
+    for seen in (page.remote, page.errors, page.console_errors):  # type: ignore[attr-defined]
+        seen.clear()
+    page.goto(url)
     drawn = page.locator(".link-graph text.node")
     drawn.first.wait_for()
     ids = drawn.evaluate_all("ts => ts.map(t => t.__data__.node_id)")
@@ -102,7 +91,10 @@ def check_viewer(page: Page, graph: Path, viewer: ct.Viewer) -> None:
     feature = next(n for n in ids if nodes[n]["feature_type"] != "logit")
     click(page, feature)
     assert page.locator(".feature-detail .pp-clerp").inner_text() == nodes[feature]["clerp"]
+    scan = graph.parent / "features" / Path(data["metadata"]["scan"]).name
+    examples = json.loads((scan / f"{nodes[feature]['feature']}.json").read_text())
+    n_examples = sum(len(q["examples"]) for q in examples["examples_quantiles"])
     page.locator(".feature-detail .ctx-container").first.wait_for()
-    assert page.locator(".feature-detail .ctx-container").count() == 3
+    assert page.locator(".feature-detail .ctx-container").count() == n_examples >= 1
     assert page.errors == [] and page.console_errors == []  # type: ignore[attr-defined]
     assert page.remote == []  # type: ignore[attr-defined]

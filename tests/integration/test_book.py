@@ -1,13 +1,11 @@
-"""Run every section in a copy of the repository, as a quick build, and build the book."""
+"""The book as `make book` builds it, its real models' sections at the quick build's sizes
+(the session fixture ``built_book``, tests/conftest.py): every section ran, rendered and matches
+its reference."""
 
 from __future__ import annotations
 
 import functools
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -15,62 +13,12 @@ import pandas as pd
 import pytest
 from nbval_outputs import output_differences
 
-from circuitlasso import cache
 from circuitlasso.presentation import reproduce as rp
 from circuitlasso.presentation import summaries as sm
 
 pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[2]
-BOOK_FILES = ("_config.yml", "_toc.yml", "book", "notebooks")
-
-
-PERTURBED_FP = ROOT / "tests" / "perturbed-fp"
-
-
-def _copy_book(root: Path) -> rp.Project:
-    for name in BOOK_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("sections"))
-        else:
-            shutil.copy(source, root / name)
-    return rp.Project(root)
-
-
-@pytest.fixture(scope="module")
-def built_book(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    # The book in two parts at once, each section on one thread as `make book` runs them: the
-    # sections on the toy world, one at a time, under another machine's rounding
-    # (tests/perturbed-fp), so that comparing them with the committed outputs is nbval's check
-    # on another machine (make's perturbed nbval job checks the other notebooks), and the
-    # sections on the real models at the quick build's sizes (notebooks/params/quick/), two at
-    # a time. Each part in a copy of its own (no reproduce reads a notebook the other is
-    # writing); the toy part's pages then join the others and the book is rendered.
-    project = _copy_book(tmp_path_factory.mktemp("book"))
-    toy = _copy_book(tmp_path_factory.mktemp("book_toy"))
-    planned = rp.plan(project, rp.BOOK_PROFILES)
-    on_toy = {rp.page_section(project, page) for page, kind in planned.items() if kind == "toy"}
-    on_models = {rp.page_section(project, page) for page in planned} - on_toy
-    env = {**os.environ, cache.MIRROR_ENV: str(shared_data)}  # CoLA, for the real chapters
-    cli = [str(Path(sys.executable).parent / "circuitlasso"), "reproduce", "--no-progress"]
-    runs = [
-        subprocess.Popen(
-            [*wrap, *cli, *flags, f"--root={part.root}", *(f"--section={s}" for s in chosen)],
-            env=env,
-        )
-        for wrap, flags, part, chosen in (
-            ([str(PERTURBED_FP)], [], toy, sorted(on_toy)),
-            ([], ["--quick", "--jobs=2"], project, sorted(on_models)),
-        )
-    ]
-    assert [run.wait() for run in runs] == [0, 0], "a section failed (see its output above)"
-    shutil.copytree(toy.sections_out, project.sections_out, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("build_info.md"))  # fmt: skip
-    rp.write_build_info(project)
-    jb = Path(sys.executable).parent / "jupyter-book"
-    subprocess.run([str(jb), "build", str(project.root)], check=True)
-    return project.root
 
 
 @pytest.mark.slow
