@@ -18,7 +18,6 @@ from circuitlasso.data import gemma3, models
 from circuitlasso.data.cola import load_cola
 from circuitlasso.data.counterfactual_tasks import encode_for_model, task_splits
 from circuitlasso.data.minimal_pairs import load_minimal_pairs
-from circuitlasso.evaluation.acceptability import minimal_pair_accuracy, minimal_pair_table
 from circuitlasso.forward import real_token_mask, to_tokens
 
 IOI = "When Mary and John went to the store, John gave a drink to"
@@ -288,7 +287,7 @@ def test_logits_match_the_hf_model_on_the_minimal_pairs(model, hf) -> None:
 
 @pytest.mark.slow
 def test_logits_match_the_hf_model_on_ioi_prompts(model, hf) -> None:
-    splits = task_splits("ioi", model.tokenizer, n_train=8, n_test=8, seed=0)
+    splits = task_splits("ioi", model.tokenizer, n_train=4, n_test=4, seed=0)
     encoded = encode_for_model(model, splits.train + splits.test)
     positions = torch.arange(encoded.clean.shape[1])
     real = positions[None, :] <= encoded.last[:, None]
@@ -338,13 +337,6 @@ def test_ioi_prompt_prefers_the_indirect_object(model) -> None:
 
 
 @pytest.mark.slow
-def test_the_model_prefers_the_acceptable_sentence_of_most_minimal_pairs(model) -> None:
-    accuracy = minimal_pair_accuracy(minimal_pair_table(model, load_minimal_pairs()))
-    print("minimal-pair accuracy:", {k: round(v, 3) for k, v in accuracy.items()})
-    assert accuracy["all"] >= 0.75
-
-
-@pytest.mark.slow
 def test_a_real_prompt_longer_than_the_context_is_refused(model) -> None:
     assert model.cfg.n_ctx == 32768 and model.cfg.n_layers == gemma3.N_LAYERS
     long = " and".join(["cats"] * 33000)  # 66,000 tokens
@@ -357,8 +349,9 @@ def test_a_real_prompt_longer_than_the_context_is_refused(model) -> None:
 @pytest.mark.slow
 def test_the_real_report_has_a_gemma3_object(model, hf, monkeypatch, shared_data: Path) -> None:
     """``circuitlasso real report``'s second decoder: its logits against the HF model on CoLA
-    dev sentences, its minimal pairs and its shipped SAEs' worst layer, without a readout (the
-    two models this module already loaded, not loaded again)."""
+    dev sentences, its judgement of the minimal pairs (most of them, every pair of the file) and
+    its shipped SAEs' worst layer, without a readout (the two models this module already
+    loaded, not loaded again)."""
     from circuitlasso.evaluation import real_model
 
     dev = load_cola("dev", mirror=shared_data).iloc[:16]

@@ -83,6 +83,23 @@ def test_filter_and_frame() -> None:
     assert (frame.loc[frame["phenomenon"] == "dropped_argument", "bad_word"] == "").all()
 
 
+def test_the_first_pairs_of_each_phenomenon() -> None:
+    every = load_minimal_pairs()
+    first = load_minimal_pairs(per_phenomenon=3)
+    assert len(first) == 3 * len(PHENOMENA)
+    for name in PHENOMENA:  # the first three of the file's pairs of each, in file order
+        assert [p for p in first if p.phenomenon == name] == [
+            p for p in every if p.phenomenon == name
+        ][:3]
+    assert (
+        load_minimal_pairs(["dropped_argument"], per_phenomenon=2)
+        == [p for p in every if p.phenomenon == "dropped_argument"][:2]
+    )
+    assert load_minimal_pairs(per_phenomenon=100) == every
+    with pytest.raises(ValueError, match="per_phenomenon must be at least 1, got 0"):
+        load_minimal_pairs(per_phenomenon=0)
+
+
 def test_no_sentence_from_cola(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_data: Path
 ) -> None:

@@ -8,6 +8,7 @@ live in ``minimal_pairs.json`` beside this module and are read as package data.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
@@ -72,14 +73,28 @@ def check_pair(pair: MinimalPair) -> MinimalPair:
     return pair
 
 
-def load_minimal_pairs(phenomena: Sequence[str] | None = None) -> list[MinimalPair]:
+def load_minimal_pairs(
+    phenomena: Sequence[str] | None = None, *, per_phenomenon: int | None = None
+) -> list[MinimalPair]:
     """The checked pairs of the package's data file, in file order, optionally only those of
-    ``phenomena`` (ValueError on an unknown name)."""
+    ``phenomena`` (ValueError on an unknown name) and only the first ``per_phenomenon`` of each
+    (None: all 12)."""
     if phenomena is not None:
         _check_phenomena(phenomena)
+    if per_phenomenon is not None and per_phenomenon < 1:
+        raise ValueError(f"per_phenomenon must be at least 1, got {per_phenomenon}")
     rows = json.loads(files("circuitlasso.data").joinpath(_DATA_FILE).read_text("utf-8"))
     pairs = [check_pair(MinimalPair(r["phenomenon"], r["good"], r["bad"])) for r in rows]
-    return [p for p in pairs if phenomena is None or p.phenomenon in phenomena]
+    taken: Counter[str] = Counter()
+    kept = []
+    for pair in pairs:
+        if phenomena is not None and pair.phenomenon not in phenomena:
+            continue
+        if per_phenomenon is not None and taken[pair.phenomenon] == per_phenomenon:
+            continue
+        taken[pair.phenomenon] += 1
+        kept.append(pair)
+    return kept
 
 
 def minimal_pair_frame(pairs: Iterable[MinimalPair]) -> pd.DataFrame:
