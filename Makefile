@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 
-.PHONY: install browser book test quick quick-tests checks lint typecheck unit book-check other-tests unit-tests unit-slow unit-fast integration-tests nbval-perturbed baseline clean
+.PHONY: install browser book test quick quick-tests checks lint typecheck unit book-check other-tests unit-tests unit-slow unit-fast unit-slow-first unit-slow-second unit-fast-first unit-fast-second integration-tests nbval-perturbed baseline clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -86,18 +86,35 @@ unit: install $(CHROMIUM)
 book-check: install $(CHROMIUM)
 	$(BIN)/pytest -m book tests
 
-# the other tests: the unit tests in two jobs, those marked slow (real models, notebooks'
-# library paths, clusters) and the rest, so that the jobs of `make test` share the two cores
-# evenly; then the integration and browser tests
+# the other tests: the unit tests in four jobs, those marked slow (real models, notebooks'
+# library paths, clusters) and the rest, each in two halves of their test files of about equal
+# time, so that the jobs of `make test` share the two cores evenly to the end; then the
+# integration and browser tests
 other-tests: unit-tests integration-tests
 
+UNIT_FILES := $(sort $(wildcard tests/unit/test_*.py))
+# the slow tests of test_a* to test_g* (the real decoders' among them) and of the others
+UNIT_SLOW_FIRST := $(filter $(foreach c,a b c d e f g,tests/unit/test_$(c)%),$(UNIT_FILES))
+# the other tests of test_a* to test_d* and of the others
+UNIT_FAST_FIRST := $(filter $(foreach c,a b c d,tests/unit/test_$(c)%),$(UNIT_FILES))
+SLOW := -m "slow and not gpu and not book"
+FAST := -m "not slow and not gpu and not book"
+
 unit-tests: unit-slow unit-fast
+unit-slow: unit-slow-first unit-slow-second
+unit-fast: unit-fast-first unit-fast-second
 
-unit-slow: install
-	$(BIN)/pytest -m "slow and not gpu and not book" tests/unit
+unit-slow-first: install
+	$(BIN)/pytest $(SLOW) $(UNIT_SLOW_FIRST)
 
-unit-fast: install
-	$(BIN)/pytest -m "not slow and not gpu and not book" tests/unit
+unit-slow-second: install
+	$(BIN)/pytest $(SLOW) $(filter-out $(UNIT_SLOW_FIRST),$(UNIT_FILES))
+
+unit-fast-first: install
+	$(BIN)/pytest $(FAST) $(UNIT_FAST_FIRST)
+
+unit-fast-second: install
+	$(BIN)/pytest $(FAST) $(filter-out $(UNIT_FAST_FIRST),$(UNIT_FILES))
 
 integration-tests: install $(CHROMIUM)
 	$(BIN)/pytest -m "not gpu and not book" tests/integration tests/browser
@@ -112,18 +129,21 @@ NBVAL_NOTEBOOKS := notebooks/cola_circuits.ipynb notebooks/faithfulness.ipynb
 nbval-perturbed: install
 	tests/perturbed-fp $(NBVAL) $(NBVAL_NOTEBOOKS)
 
-# seven jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
+# nine jobs, two at a time, each on one thread: two jobs of two threads each on two cores make
 # every parallel region wait for a descheduled thread (a notebook then takes several times
-# longer). Longest first, so that no long job starts last while the other core idles: the book
-# check (itself two processes: the toy sections, and the real models' at the quick build's sizes
-# two at a time; about 17 minutes of CPU) and the slow unit tests (about 10) start at once; the
-# others take the first core free, in this order: integration and browser (about 7), the
-# perturbed nbval (3), the fast unit tests (3), type check, lint. Each job's output is printed whole when it ends, and every job runs even
-# when another fails (-k): one red job does not hide the others.
+# longer). Longest first, and the shortest last, so that no core idles long while the other
+# finishes: the book check (itself three processes at first: the toy sections, and the real
+# models' at the quick build's sizes two at a time; about 19 minutes of CPU) and the first half
+# of the slow unit tests (about 5) start at once; the others take the first core free, in this
+# order: the slow tests' second half (4), integration and browser (5), the perturbed nbval (3),
+# the fast unit tests' two halves (1 each), type check, lint. Each job's output is printed whole
+# when it ends, and every job runs even when another fails (-k): one red job does not hide the
+# others.
 test: install $(CHROMIUM)
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory -k -j2 --output-sync=target checks
 
-checks: book-check unit-slow integration-tests nbval-perturbed unit-fast typecheck lint
+checks: book-check unit-slow-first unit-slow-second integration-tests nbval-perturbed \
+	unit-fast-first unit-fast-second typecheck lint
 
 baseline: install
 	$(BIN)/circuitlasso reproduce --profile toy --update-baseline

@@ -329,10 +329,11 @@ def test_task_score_reads_each_prompt_at_its_last_token():
 
 @pytest.mark.slow
 def test_smollm2_does_both_tasks(smollm2_model):
-    """SmolLM2-135M's own accuracy and logit difference on 100 test items of each task."""
+    """SmolLM2-135M's own accuracy and logit difference on 64 test items of each task (the IOI
+    benchmark's split size)."""
     model = smollm2_model
     for task, floor in (("ioi", 0.9), ("sva", 0.8)):
-        split = task_splits(task, model.tokenizer, n_train=50, n_test=100, seed=0).test
+        split = task_splits(task, model.tokenizer, n_train=64, n_test=64, seed=0).test
         tokens = encode_for_model(model, split)
         assert bool((tokens.clean[:, 0] == model.tokenizer.bos_token_id).all())
         score = task_score(model, tokens)
@@ -344,11 +345,11 @@ def test_smollm2_does_both_tasks(smollm2_model):
 
 @pytest.mark.slow
 def test_smollm2_does_the_heldout_tasks(smollm2_model):
-    """SmolLM2-135M's own accuracy on 128 items of each held-out task; the counterfactual swaps
+    """SmolLM2-135M's own accuracy on 64 items of each held-out task; the counterfactual swaps
     the answer's and the wrong token's roles, so its logit difference changes sign."""
     model = smollm2_model
     for task in HELDOUT_TASKS:
-        tokens = encode_for_model(model, task_items(task, model.tokenizer, 128, seed=0))
+        tokens = encode_for_model(model, task_items(task, model.tokenizer, 64, seed=0))
         score = task_score(model, tokens)
         print(task, score)
         assert score.accuracy >= 0.9
