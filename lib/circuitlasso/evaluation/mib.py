@@ -21,7 +21,7 @@ of largest signed score (ties in computation order), then pruned as MIB prunes
 (:func:`prune`: repeatedly drop nodes without an incoming edge (``input`` excepted) or an
 outgoing one (``output`` excepted), and the edges touching them). Budgets are MIB's fractions
 of all edges (:data:`MIB_FRACTIONS`, 0.1 % to 100 %), ``k = int(fraction * n_edges)`` as MIB
-rounds. Over the curve ``(fraction, f)``,
+rounds. Over the curve ``(fraction, f)``, ::
 
     CPR = area under f,    CMD = area under |1 - f|,
 

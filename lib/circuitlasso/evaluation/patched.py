@@ -14,7 +14,7 @@ patching with a sparse regression, then splits it along the model's weights:
   units that act only together still score. Rows grow with the units, not the prompts.
 - **Edges into a head or an MLP.** A receiver slot's input is the sum of its senders' outputs
   (the residual stream), read through its own weights after the LayerNorm. Sender ``u``'s share
-  of slot ``v.x``'s contrast is
+  of slot ``v.x``'s contrast is ::
 
       share(u, v.x) = sum_{prompt, position} r . (o_u(clean) - o_u(cf)) W_x / sigma . dx_v
                       / sum_{prompt, position} r . |dx_v|^2

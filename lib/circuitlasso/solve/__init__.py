@@ -11,13 +11,15 @@ and A[k, j] != 0 reads "predictor k is a parent of output j", the orientation of
 Conversion to the paper. The paper writes observations as columns, X_paper = X^T (N x M), and
 sums over observations. Its numbered equations: (2) the general circuit problem, (3) the block
 upper-triangular neuron problem, (4) SAE layer pairs Z_i -> Z_j, (5) a prediction target y.
-  - Eqs. (2)-(4): ||X_paper - A^T X_paper||_F^2 + lambda ||A||_1 (no 1/2). Multiplying (a) by
-    2M gives it with lambda = 2 M lam.
-  - App. B.1: 1/2 ||X_paper - A^T X_paper||_F^2 + lambda ||A||_1. Multiplying (a) by M gives it
-    with lambda = M lam.
-  - Eq. (5) with the summed cross-entropy, binary or multi-class: multiplying (b) or (c) by M
-    gives it with lambda = M lam (scikit-learn's LogisticRegression(penalty="l1", C) is the case
-    C = 1/(M lam)); with the squared error (a real-valued target) it is (a), as above.
+
+- Eqs. (2)-(4): ||X_paper - A^T X_paper||_F^2 + lambda ||A||_1 (no 1/2). Multiplying (a) by
+  2M gives it with lambda = 2 M lam.
+- App. B.1: 1/2 ||X_paper - A^T X_paper||_F^2 + lambda ||A||_1. Multiplying (a) by M gives it
+  with lambda = M lam.
+- Eq. (5) with the summed cross-entropy, binary or multi-class: multiplying (b) or (c) by M
+  gives it with lambda = M lam (scikit-learn's LogisticRegression(penalty="l1", C) is the case
+  C = 1/(M lam)); with the squared error (a real-valued target) it is (a), as above.
+
 The minimizers are the same; only the scale of lambda differs. As in App. B.1, predictor
 columns are centered (with an intercept) and scaled to unit l2 norm before solving, and the
 coefficients are rescaled afterwards (`normalize=True`, the default); `normalize=False` keeps the
@@ -26,7 +28,7 @@ plain Lasso of scikit-learn.
 Penalties. The solvers take lam, on the mean scale above. The fits on features
 (`circuitlasso.circuits.features`, `circuitlasso.estimator`) take either that absolute lam (`lam`,
 `label_lam`) or lam_ratio, the fraction of that regression's lam_max, the smallest lam whose
-solution is all zero (a ratio by default):
+solution is all zero (a ratio by default)::
 
     lam = lam_ratio * lam_max,   lam_max = max_k |x~_k^T theta_j| / (M omega_k),
 

@@ -1,6 +1,6 @@
 """Coordinate descent on small quadratic Lasso problems: the working sets' inner solver on the CPU.
 
-The problems and the contract are those of `circuitlasso.solve.fista.fista`: B problems
+The problems and the contract are those of `circuitlasso.solve.fista.fista`: B problems ::
 
     F(b) = 1/2 b^T Q b - q^T b + yty/2 + sum_k w_k |b_k|,   Q (B, K, K), q (B, K),
 
@@ -46,7 +46,7 @@ ANDERSON = 5
 ANDERSON_RIDGE = 1e-10
 """Tikhonov term of the extrapolation's small system, relative to its trace."""
 EQUICORRELATION = 1e-3
-"""A feature is at the penalty's bound where |q_k - (Q b)_k| >= (1 - EQUICORRELATION) w_k."""
+"""A feature is at the penalty's bound where ``|q_k - (Q b)_k| >= (1 - EQUICORRELATION) w_k``."""
 SPREAD_MAX = 256
 """Largest equicorrelation set moved to its least-norm solution: its Cholesky factor costs S^3/3
 (at S = 2000 more than the whole descent); a larger set keeps the point descent reached."""
@@ -94,7 +94,7 @@ def column_descent(
     tol: Tensor,
     **options: Unpack[InnerOptions],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Minimize 1/2 ||y_c - X~_W b||^2 + sum_k w_k |b_k| for B outputs on the CPU, on the
+    """Minimize ``1/2 ||y_c - X~_W b||^2 + sum_k w_k |b_k|`` for B outputs on the CPU, on the
     working sets' sparse columns (`solve.sparse_columns`), as `coordinate_descent` on their Gram
     blocks.
 

@@ -1,7 +1,7 @@
 """Batched FISTA on small quadratic Lasso problems, with a per-problem duality-gap certificate.
 
 Each of B problems (one output restricted to its working set of K features) reads, in the mean
-scale and scaled coordinates,
+scale and scaled coordinates, ::
 
     F(b) = 1/2 b^T Q b - q^T b + yty/(2M) + sum_k w_k |b_k|,   Q = G/M (B, K, K), q = c/M (B, K),
 
@@ -53,8 +53,8 @@ class Subproblems:
 def duality_gap(rr: Tensor, yr: Tensor, l1: Tensor, s_max: Tensor) -> tuple[Tensor, Tensor]:
     """Duality gap and primal value of a Lasso point from residual statistics (all mean-scaled).
 
-    rr = ||r||^2/M, yr = <y_c, r>/M, l1 = sum_k w_k |b_k|, s_max = largest s for which s*r is
-    dual feasible (|x~_k^T s r|/M <= w_k for all k). The dual point is s*r with s the best
+    rr = ||r||^2/M, yr = <y_c, r>/M, l1 = ``sum_k w_k |b_k|``, s_max = largest s for which s*r
+    is dual feasible (``|x~_k^T s r|/M <= w_k`` for all k). The dual point is s*r with s the best
     feasible step along r: s = yr/rr clipped to [-s_max, s_max] (a residual anti-correlated with
     y_c gives a negative step, which feasibility bounds from below too). Returns (gap, primal),
     each (B,) float64.

@@ -103,7 +103,7 @@ def lasso(
 
     X: (M, p) dense or sparse; Y: (M, d) dense or sparse, or (M,); lam: scalar or (d,).
     normalize=True (App. B.1) penalizes coefficients of unit-norm predictor columns, i.e.
-    lam_j * sum_k ||x_k - mean(x_k)|| |A_kj| in the units returned; normalize=False solves the
+    ``lam_j * sum_k ||x_k - mean(x_k)|| |A_kj|`` in the units returned; normalize=False solves the
     plain Lasso (scikit-learn's `Lasso(alpha=lam)`), using the scaling only as preconditioning.
     stop="gap" stops output j once its duality gap <= tol * ||y_j - mean||^2 / M (the rule of
     scikit-learn and celer); stop="objective" stops on a relative objective decrease < tol
@@ -167,7 +167,7 @@ def to_result(
 def lam_max(X: Matrix, Y: Matrix, **options: Unpack[LamMaxOptions]) -> Tensor:
     """(d,) smallest lam for which the all-zero solution is optimal, per output (0-d for 1-D y).
 
-    lam_max_j = max_k |x~_k^T y_cj| / (M omega_k), with x~_k the centered unit-norm column and
+    ``lam_max_j = max_k |x~_k^T y_cj| / (M omega_k)``, with x~_k the centered unit-norm column and
     omega_k = 1 (normalize=True) or 1/||x_k - mean|| (normalize=False). options: any keywords
     of `LamMaxOptions`, the others at `options.LAM_MAX`; batches of outputs fit memory_gib.
     """

@@ -1,15 +1,17 @@
 """The squared loss on the working-set engine (`solve.workset`): multi-output Lasso problems.
 
 Each round has two passes over the outputs still pending:
-  1. Certificate (batches of outputs): the full gradient g = X~^T r, scored by `screen`,
-     gives the duality gap on the whole problem. Outputs within tolerance are done.
-     The others get a new working set (`workset.next_size` under `workset.LASSO_POLICY`): their
-     current support plus the features with the largest KKT scores |g_k| / (M w_k).
-  2. Solve (buckets of equal working-set size K): the subproblems on the (B, K, K) Gram blocks
-     G_W, by coordinate descent on the CPU (`circuitlasso.solve.coordinate`) and batched FISTA
-     on a GPU (`circuitlasso.solve.fista`), warm-started at b, with cross products
-     X~_W^T y_c = g_W + G_W b from the certificate's gradient (no product with the targets), to
-     the policy's inner tolerance.
+
+1. Certificate (batches of outputs): the full gradient g = X~^T r, scored by `screen`,
+   gives the duality gap on the whole problem. Outputs within tolerance are done.
+   The others get a new working set (`workset.next_size` under `workset.LASSO_POLICY`): their
+   current support plus the features with the largest KKT scores ``|g_k| / (M w_k)``.
+2. Solve (buckets of equal working-set size K): the subproblems on the (B, K, K) Gram blocks
+   G_W, by coordinate descent on the CPU (`circuitlasso.solve.coordinate`) and batched FISTA
+   on a GPU (`circuitlasso.solve.fista`), warm-started at b, with cross products
+   X~_W^T y_c = g_W + G_W b from the certificate's gradient (no product with the targets), to
+   the policy's inner tolerance.
+
 Outputs with y_c = 0 are solved by b = 0 without any work; lam >= lam_max is certified at b = 0
 in the first certificate pass, so it returns exact zeros.
 Both passes batch outputs by the bytes a batch allocates, within a memory budget
@@ -161,7 +163,7 @@ def solve_working_sets(
     memory: int,
     init: tuple[Tensor, Tensor] | None = None,
 ) -> WorkingSetSolution:
-    """Solve min_b ||y_c - X~ b||^2/(2M) + lam_j sum_k omega_k |b_k| for every output j.
+    """Solve ``min_b ||y_c - X~ b||^2/(2M) + lam_j sum_k omega_k |b_k|`` for every output j.
 
     lam: (d,) float64 > 0 where y_c != 0; omega: (p,) float64 > 0 feature weights; settings:
     tol, stop, max_iter and progress; memory: the budget in bytes (see `Budget`); init:

@@ -1,5 +1,7 @@
 """l1-penalized logistic regression: binary (paper Eq. 5 with a class target) and multinomial.
 
+::
+
     binary:       min_{a, b}  1/M sum_i [log(1 + exp(eta_i)) - y_i eta_i] + lam sum_k omega_k |a_k|,
                   eta = X a + b,  y in {0, 1};
     multinomial:  min_{A, b}  1/M sum_i [log sum_c exp(eta_ic) - eta_{i, y_i}]
@@ -13,13 +15,13 @@ its middle interval at no cost.
 
 Columns are scaled to unit (centered) norm as for `lasso`. The solver uses working sets, as
 `lasso` does. Starting from the features with the largest KKT scores
-max_c |x~_k^T theta_c| / (M lam omega_k) at the intercept-only model, it solves the problem
-restricted to a set W of features (all K coefficients of each), on X~[:, W] (dense unless M |W|
+``max_c |x~_k^T theta_c| / (M lam omega_k)`` at the intercept-only model, it solves the problem
+restricted to a set W of features (all K coefficients of each), on X~[:, W] (dense unless ``M |W|``
 is large), by proximal Newton sweeps. A sweep takes one step per column c of A (one for the
 binary loss), each from the probabilities the previous step left (Gauss-Seidel over the classes,
 as glmnet's multinomial fit): the step minimizes the quadratic model of the loss in
 (A[:, c], b_c), whose Hessian X~_W^T diag(p_c (1 - p_c)) X~_W / M is exact for that block, plus
-the l1 penalty (a Lasso on the |W| x |W| Hessian, solved by coordinate descent on the CPU as
+the l1 penalty (a Lasso on the ``|W| x |W|`` Hessian, solved by coordinate descent on the CPU as
 glmnet solves it, by FISTA elsewhere: `solve.coordinate.inner_solver`; the intercept
 eliminated by weighted centering), and is followed by a backtracking line search. For the binary
 loss this is proximal Newton; for K classes the sweeps converge linearly: with nearly separable
@@ -28,7 +30,7 @@ ConvergenceWarning that reports its certified gap. Then one full gradient gives 
 of the whole problem (`solve.logistic_losses`). If it is above the tolerance, W grows to the
 support plus the worst KKT violators and the restricted problem is solved again, warm-started,
 by the working-set engine (`solve.workset`) under `LOGISTIC_POLICY`: sets double (size
-max(16, 2 |support|, |support| + violators), at most doubling, never shrinking), and each is
+``max(16, 2 |support|, |support| + violators)``, at most doubling, never shrinking), and each is
 solved to a gap of a tenth of the full one. The design is `solve.logistic_design`, the proximal
 Newton sweeps `solve.newton`.
 
@@ -116,7 +118,7 @@ def _setup(
 
 def logistic_lam_max(X: Matrix, y: Matrix, **options: Unpack[LogisticLamMaxOptions]) -> float:
     """Smallest lam for which A = 0 solves the binary (two classes in y) or multinomial (more)
-    problem: max_{k, c} |x~_k^T theta_c| / (M omega_k) at the intercept-only model (theta = the
+    problem: ``max_{k, c} |x~_k^T theta_c| / (M omega_k)`` at the intercept-only model (theta = the
     one-hot labels minus the class frequencies; minus 1/K without intercept). For two classes
     the binary and the multinomial problem have the same lam_max. 0.0 when no column of X has
     spread (every lam > 0 gives the intercept-only model). options: any keywords of
@@ -214,7 +216,7 @@ def _solve(
 class _LogisticRounds:
     """One logistic problem on the working-set engine (`workset.Rounds`): the full certificate,
     the growth of its working set W (sorted) and proximal Newton sweeps on it. Why it stops is
-    `reason`; the last certificate `cert` is of the coefficients `coef_w` (|W|, B) returned."""
+    `reason`; the last certificate `cert` is of the coefficients `coef_w` ``(|W|, B)`` returned."""
 
     def __init__(
         self,
@@ -309,8 +311,8 @@ def full_certificate(
     fit_intercept: bool,
     exact: bool,
 ) -> tuple[Certificate, Tensor]:
-    """The full certificate at the point as returned: its coefficients on W (|W|,) rounded to
-    dtype in the user's units (returned, (|W|, B)), eta recomputed from them, and their best
+    """The full certificate at the point as returned: its coefficients on W ``(|W|,)`` rounded to
+    dtype in the user's units (returned, ``(|W|, B)``), eta recomputed from them, and their best
     intercept; its dual point from the unrounded iterate. exact: float64 products."""
     coef_w = (point.a * design.inverse[W].unsqueeze(1)).to(dtype)
     a = coef_w.double() * norms[W].unsqueeze(1)

@@ -17,11 +17,12 @@ from circuitlasso.solve._sparse import (
 from circuitlasso.solve.prepare import column_scale, column_stats
 
 DENSE_MAX_ENTRIES = 2**24
-"""Largest restricted design M x |W| held dense (128 MiB in float64); larger ones stay sparse."""
+"""Largest restricted design ``M x |W|`` held dense (128 MiB in float64); larger ones stay
+sparse."""
 EXACT_CHUNK_ENTRIES = 2**22
 """Entries of dense float32 X converted to float64 at a time for the exact products (32 MiB)."""
 SCALE_RANGE = {torch.float64: (1e-250, 1e250), torch.float32: (1e-30, 1e30)}
-"""Range, per dtype, for the largest |entry| of a column of X with spread: products with dual
+"""Range, per dtype, for the largest ``|entry|`` of a column of X with spread: products with dual
 points (entries in [-1, 1]) then neither overflow nor lose digits to subnormals, and the
 coefficients in the user's units (the scaled ones divided by the column norm) fit the dtype."""
 
@@ -93,7 +94,8 @@ class Design:
         return torch.cat(parts) * self.inverse.unsqueeze(1)
 
     def columns(self, W: Tensor) -> Restricted:
-        """X~[:, W] in float64: dense when M |W| <= DENSE_MAX_ENTRIES (or X is dense), else CSR."""
+        """X~[:, W] in float64: dense when ``M |W| <= DENSE_MAX_ENTRIES`` (or X is dense), else
+        CSR."""
         M, K = self.n_obs, W.numel()
         if not self.sparse:
             return Restricted(self.x[:, W].double() * self.inverse[W])

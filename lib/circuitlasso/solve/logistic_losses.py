@@ -8,15 +8,17 @@ below; rounding to float32 moves the objective only to second order, a dual poin
 the rounded coefficients to first). With P (M, K) the class probabilities there (binary: K = 2,
 [sigmoid(-eta), sigmoid(eta)]), at its own best intercept, and Y the one-hot labels, the dual
 point is Theta = s (Y - P'):
-  - P' = (1 - t) P + 1 (f - (1 - t) mean(P))^T (with an intercept; P' = P without) mixes P with
-    the constant row that makes every column of Y - P' sum to exactly 0 (the dual constraint of
-    the unpenalized intercept), f the class frequencies, t in [0, 1) the smallest mixing that
-    keeps that row >= 0 (t = 0 when the intercept is exactly best, tiny after Newton's method);
-  - s = min(1, M lam / max_{k, c} |x~_k^T (Y - P')_c| / omega_k) scales it into the box of the
-    penalty (binary: only the class-1 column is constrained, the other is its negative);
-  - every row of Q = Y - Theta = (1 - s) Y + s P' is a probability vector (in the domain of the
-    conjugate of the log-sum-exp), and the dual value is 1/M sum_i H(Q_i), H the entropy,
-    evaluated without cancellation (off-label entries s P', the label's 1 minus their sum).
+
+- P' = (1 - t) P + 1 (f - (1 - t) mean(P))^T (with an intercept; P' = P without) mixes P with
+  the constant row that makes every column of Y - P' sum to exactly 0 (the dual constraint of
+  the unpenalized intercept), f the class frequencies, t in [0, 1) the smallest mixing that
+  keeps that row >= 0 (t = 0 when the intercept is exactly best, tiny after Newton's method);
+- ``s = min(1, M lam / max_{k, c} |x~_k^T (Y - P')_c| / omega_k)`` scales it into the box of the
+  penalty (binary: only the class-1 column is constrained, the other is its negative);
+- every row of Q = Y - Theta = (1 - s) Y + s P' is a probability vector (in the domain of the
+  conjugate of the log-sum-exp), and the dual value is 1/M sum_i H(Q_i), H the entropy,
+  evaluated without cancellation (off-label entries s P', the label's 1 minus their sum).
+
 The primal loss is evaluated without cancellation as well (log1p of the non-maximal terms).
 By weak duality the gap bounds the suboptimality of the returned point, up to float64 rounding
 of these sums. The products X~^T Theta of the working-set loop run in the dtype of dense X;
@@ -41,7 +43,7 @@ INTERCEPT_GRADIENT_FLOOR = 1e-15
 """Intercept gradient (a difference of mean probabilities) at rounding level, a few float64 eps:
 Newton stops; `_balanced` absorbs what is left."""
 INTERCEPT_STEP_FLOOR = 1e-16
-"""A Newton step or move of the intercept below this, relative to 1 + |b|, is below float64's
+"""A Newton step or move of the intercept below this, relative to ``1 + |b|``, is below float64's
 half-eps rounding: nothing more to gain."""
 LOSS_ROUNDING = 4e-16
 """Relative rounding of the mean loss (about two float64 eps): a step within it that shrinks the
@@ -66,7 +68,7 @@ class Binary:
         self.onehot = torch.cat([1 - self.labels, self.labels], 1)
 
     def value(self, eta: Tensor) -> float:
-        """Mean loss, log(1 + exp(-|eta|)) + max(0, +-eta) (no cancellation, no threshold)."""
+        """Mean loss, ``log(1 + exp(-|eta|)) + max(0, +-eta)`` (no cancellation, no threshold)."""
         signed = torch.where(self.labels > 0, -eta, eta)
         return float((torch.log1p(torch.exp(-eta.abs())) + signed.clamp_min(0)).mean())
 

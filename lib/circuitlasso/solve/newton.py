@@ -3,7 +3,7 @@
 A sweep takes one step per column c of the coefficients (one for the binary loss), each from the
 probabilities the previous step left (Gauss-Seidel over the classes, as glmnet's multinomial
 fit): the step minimizes the quadratic model of the loss in (a_c, b_c), exact for that block,
-plus the l1 penalty (a Lasso on the |W| x |W| Hessian, the intercept eliminated by weighted
+plus the l1 penalty (a Lasso on the ``|W| x |W|`` Hessian, the intercept eliminated by weighted
 centering), followed by a backtracking line search. The Lasso is solved by coordinate descent on
 the Hessian on the CPU, as glmnet solves it, and by FISTA elsewhere
 (`solve.coordinate.inner_solver`): FISTA's steps crawl on the ill-conditioned Hessians of many
@@ -123,7 +123,7 @@ def prox_newton(
 def _center_rows(design: Restricted, point: Point) -> None:
     """Shift every row of a (K, B) by the m nearest 0 in its median interval (between its two
     middle entries; m = 0 where 0 lies in it): the softmax sees only differences within a row of
-    eta, so the loss stays, and the row's penalty sum_c |a_kc - m| is smallest there. Steps on
+    eta, so the loss stays, and the row's penalty ``sum_c |a_kc - m|`` is smallest there. Steps on
     one column at a time cannot make this move (it changes every column at once): without it,
     rows drift toward their medians over thousands of sweeps."""
     ordered = point.a.sort(1).values

@@ -3,21 +3,25 @@
 A problem holds predictors X~ (M, p) whose columns are centered (when an intercept is fitted)
 and scaled to unit l2 norm, and targets y_j (centered likewise). The working-set engine only
 asks a problem for
-  - `gram(W)`: Gram blocks X~_W^T X~_W (B, K, K) for index sets W (B, K), and
-  - `gradient(cols, W, b)`: g = X~^T r (B, p) dense with r = y_c - X~_W b for outputs `cols`,
-    plus ||r||^2 and <y_c, r> (float64).
+
+- `gram(W)`: Gram blocks X~_W^T X~_W (B, K, K) for index sets W (B, K), and
+- `gradient(cols, W, b)`: g = X~^T r (B, p) dense with r = y_c - X~_W b for outputs `cols`,
+  plus ||r||^2 and <y_c, r> (float64).
+
 (A subproblem's cross products X~_W^T y_c = g_W + X~_W^T X~_W b come from these two, so no
 problem computes them.) Each also states its memory: `held_bytes` (what it keeps) and the bytes
 one output adds to a batch of `gradient` calls (`gradient_bytes`) and of `gram` calls at
 working-set size K (`gram_bytes`), so that the engine can size batches by a memory budget
 (`circuitlasso.solve.memory`). Three implementations trade memory for speed:
-  - `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
-  - `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks gathered from a dense Gram of
-    the scaled columns when it fits its share of the budget and enough outputs share it, else
-    (the cheaper form in memory) computed from the working set's columns alone; a gradient is
-    X~^T r of each output's residual r. On the CPU both are compiled loops over the nonzeros
-    they touch (`solve.sparse_kernels`); elsewhere sparse and dense products over the batch.
-  - `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
+
+- `GramProblem`: a dense p x p Gram and X~^T Y in memory (dense X with moderate p, blocks).
+- `SparseProblem`: sparse X (and sparse or dense Y); Gram blocks gathered from a dense Gram of
+  the scaled columns when it fits its share of the budget and enough outputs share it, else
+  (the cheaper form in memory) computed from the working set's columns alone; a gradient is
+  X~^T r of each output's residual r. On the CPU both are compiled loops over the nonzeros
+  they touch (`solve.sparse_kernels`); elsewhere sparse and dense products over the batch.
+- `DenseProblem`: dense X too wide for a Gram; Gram blocks gathered from X on demand.
+
 Every problem holds its data and computes its products in float64 (the data as read in the
 solve's dtype, scaled in float64), so that the certificate is the duality gap of that data: near
 an exact fit, ||r||^2 = ||y_c||^2 - 2 c^T b + b^T G b cancels to far below float32's rounding.

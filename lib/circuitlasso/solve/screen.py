@@ -1,7 +1,7 @@
 """KKT scores from the full gradient of a batch of outputs, and the working sets they pick.
 
 The gradient of B outputs arrives dense, g = X~^T r (B, p), in a batch the memory budget sized.
-A feature's score is |g_k| / (M lam_j omega_k): the features outside a working set with a
+A feature's score is ``|g_k| / (M lam_j omega_k)``: the features outside a working set with a
 score above 1 violate the KKT conditions, and the largest score over all p features scales the
 residual to a dual feasible point (the certificate).
 """
@@ -29,7 +29,7 @@ class Scores:
 
 
 def score(g: Tensor, omega: Tensor, W: Tensor, valid: Tensor, scale: Tensor) -> Scores:
-    """Scores |g_k| scale_j / omega_k of B outputs with gradient g (B, p), penalty weights
+    """Scores ``|g_k| scale_j / omega_k`` of B outputs with gradient g (B, p), penalty weights
     omega (p,), working sets W (B, K) (`valid` marks the slots in use) and scale (B,)
     1 / (M lam_j)."""
     if g.device.type == "cpu" and g.shape[1]:

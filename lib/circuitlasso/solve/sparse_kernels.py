@@ -3,12 +3,14 @@ of `problems.SparseProblem`, output by output, at a cost set by the nonzeros the
 
 X (M, p) is held twice: by rows (CSR) and by columns (the CSR of X^T). For output j with
 working set W_j and coefficients b_j:
-  - `gram_blocks`: X_W^T X_W (K, K) from the columns of W alone, row by row (sum over the rows
-    of (entries in W)^2 / 2, no dense p x p Gram);
-  - `residual_gradients`: u = y - X_W b (M,) from the columns of W, then X^T u (p,), by
-    scattering the rows where u is nonzero (a residual on a few rows costs those rows) or by
-    gathering each column of X against a group of residuals (one read of X serves the group),
-    whichever costs the batch less (`gathered_outputs`).
+
+- `gram_blocks`: X_W^T X_W (K, K) from the columns of W alone, row by row (sum over the rows
+  of (entries in W)^2 / 2, no dense p x p Gram);
+- `residual_gradients`: u = y - X_W b (M,) from the columns of W, then X^T u (p,), by
+  scattering the rows where u is nonzero (a residual on a few rows costs those rows) or by
+  gathering each column of X against a group of residuals (one read of X serves the group),
+  whichever costs the batch less (`gathered_outputs`).
+
 Every sum runs in float64, in an order fixed by the data (rows ascending within a column; a
 scatter and a gather add the same products in the same order), so an output's result does not
 depend on its batch or on the threads (`solve.threads`).

@@ -31,7 +31,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 def over_threads(kernel: Callable[..., None], n: int, *arrays: Any) -> None:
-    """Run kernel(*arrays, lo, hi) over [0, n) in ranges, on `torch.get_num_threads()`
+    """Run ``kernel(*arrays, lo, hi)`` over [0, n) in ranges, on `torch.get_num_threads()`
     threads."""
     threads = min(torch.get_num_threads(), n)
     if threads <= 1:

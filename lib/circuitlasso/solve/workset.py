@@ -30,7 +30,8 @@ class WorkingSetPolicy:
     """How working sets start and grow, how many rounds run, how exactly each set is solved.
 
     start: size of a first set (and the smallest); growth_step: a set grows to at least
-    |support| + |support| // growth_step (1 doubles it, 4 is 5/4) and to |support| + violators,
+    ``|support| + |support| // growth_step`` (1 doubles it, 4 is 5/4) and to
+    ``|support| + violators``,
     at most doubling; first_set_share, first_set_max: a first set takes up to 1/first_set_share
     of the KKT violators at 0, at most first_set_max (0: first sets are `start`); set_step:
     sizes are rounded up to a power of two up to set_step, then to a multiple of it (None: not
@@ -99,7 +100,7 @@ def next_size(
     policy: WorkingSetPolicy, support: Tensor, violators: Tensor, previous: Tensor, largest: int
 ) -> Tensor:
     """(B,) working-set sizes from the support sizes, outside violators and previous sizes (B,):
-    max(start, |support| + |support| // growth_step, |support| + violators), at most doubling (a
+    ``max(start, |support| + |support| // growth_step, |support| + violators)``, at most doubling (a
     first set: see `WorkingSetPolicy`), rounded up (set_step), never shrinking (so a set can grow
     to the full problem) and at most `largest` (the features, or what the memory budget allows).
     """
