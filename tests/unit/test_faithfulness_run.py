@@ -19,6 +19,7 @@ import torch
 from circuitlasso import cache
 from circuitlasso.circuits.features import fit_label
 from circuitlasso.collect import collect_sae_features
+from circuitlasso.data.minimal_pairs import load_minimal_pairs
 from circuitlasso.estimator import CircuitLasso
 from circuitlasso.evaluation import faithfulness as fa
 from circuitlasso.evaluation.ablate import rank_features
@@ -123,6 +124,29 @@ def test_attribution_is_the_named_metric_and_its_baseline(
     assert list(table.index) == [f"CircuitLasso: {s}" for s in run.clock.laps] + [
         "CircuitLasso", fa.ANCHORED, DEVIATION, "IG attribution",
     ]  # fmt: skip
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("per_class", "expected"), [(3, 1), (24, 6), (50, 12)])
+def test_minimal_pairs_are_a_quarter_of_the_sentences_per_class_from_each_phenomenon(
+    run: FaithfulnessRun, monkeypatch: pytest.MonkeyPatch, per_class: int, expected: int
+) -> None:
+    given = []
+
+    def metric(name, lasso, sentences, *, pairs):
+        given.append(pairs)
+        raise _Stop
+
+    monkeypatch.setattr(fa, "evaluation_metric", metric)
+    labels = [0] * per_class + [1] * per_class
+    sentences = fa.Sentences([f"s{i}" for i in range(2 * per_class)], labels, ["r"])
+    fresh = FaithfulnessRun(run.study, sentences, estimator=run.estimator)
+    with pytest.raises(_Stop):
+        fresh.attribution("minimal_pairs")
+    assert given == [load_minimal_pairs(per_phenomenon=expected)]
 
 
 def test_anchor_is_the_surrogates_scores_on_the_evaluated_sentences(

@@ -56,13 +56,10 @@ class FaithfulnessRun:
     ``evaluated`` sentences it is measured on, the attribution ``baseline``, the ``anchored``
     ranking's scores (where :meth:`anchor` ran) and the ``node`` and ``edge`` sweeps; ``clock``
     times CircuitLasso's stages. ``seed`` seeds the random rankings, ``batch_size`` every
-    forward pass; ``k``: the parents per node :meth:`fit_circuit` traced with; ``n_eval``: the
-    evaluation sentences per class (:meth:`attribution` reads ``n_eval // 4`` minimal pairs of
-    each phenomenon)."""
+    forward pass; ``k``: the parents per node :meth:`fit_circuit` traced with."""
 
     study: FeatureStudy
     sentences: fa.Sentences
-    n_eval: int = 50
     seed: int = 0
     batch_size: int = 64
     k: int = 4
@@ -95,7 +92,7 @@ class FaithfulnessRun:
         ``n_eval`` test sentences per class, ``n_reference`` training ones."""
         study = FeatureStudy.load(*study_args, seed=seed, batch_size=batch_size, **study_options)
         sentences = fa.evaluation_sentences(study.train, study.test, n_eval, n_reference, seed)
-        return cls(study, sentences, n_eval=n_eval, seed=seed, batch_size=batch_size)
+        return cls(study, sentences, seed=seed, batch_size=batch_size)
 
     def __str__(self) -> str:
         return f"{self.sentences}, SAEs on layers {self.study.layers}"
@@ -142,15 +139,17 @@ class FaithfulnessRun:
     ) -> fa.Baseline:
         """Choose the ``metric`` of node ablation by name
         (:func:`~circuitlasso.evaluation.faithfulness.evaluation_metric`; ``"minimal_pairs"``
-        reads ``pairs``, default the first ``n_eval // 4`` of each phenomenon, at least one, all
-        12 from ``n_eval`` 48) and compute the attribution baseline of it (``steps`` IG steps;
+        reads ``pairs``, default the first ``n // 4`` of each phenomenon, ``n`` the evaluation
+        sentences per class: at least one, all 12 from ``n`` 48) and compute the attribution
+        baseline of it (``steps`` IG steps;
         :func:`~circuitlasso.evaluation.faithfulness.attribution_baseline`), then the rankings
         of one forward pass on the same sentences and means
         (:func:`~circuitlasso.evaluation.attribution.forward_scores`: the direct effect where the
         metric reads logits, and the deviation control); with ``anchor`` (:meth:`anchor`'s
         options), then the anchored ranking on them too."""
         if pairs is None:
-            pairs = load_minimal_pairs(per_phenomenon=max(1, self.n_eval // len(PHENOMENA)))
+            per_class = len(self.sentences.prompts) // 2
+            pairs = load_minimal_pairs(per_phenomenon=max(1, per_class // len(PHENOMENA)))
         self.measure, self.evaluated = fa.evaluation_metric(
             metric, _need(self.estimator, "fit_circuit"), self.sentences, pairs=pairs
         )
