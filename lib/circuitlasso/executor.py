@@ -64,11 +64,13 @@ class RayExecutor:
         self.address, self.init_kwargs = address, init_kwargs
         self.cpus_per_task, self.gpus_per_task = cpus_per_task, gpus_per_task
         self.max_retries = max_retries
+        self._started = False  # whether map() started the cluster (shutdown() stops it)
 
     def map(self, task: Callable[[int], T], indices: Sequence[int]) -> Iterator[tuple[int, T]]:
         ray = _import_ray()
         if not ray.is_initialized():
             ray.init(address=self.address, **self.init_kwargs)
+            self._started = True
         if not indices:
             return
         holder = [ray.put(task)]  # in a list, so that tasks get the reference, not a copy each
@@ -87,6 +89,13 @@ class RayExecutor:
         finally:
             for ref in pending:  # the caller stopped early (an error, an interrupt)
                 ray.cancel(ref)
+
+    def shutdown(self) -> None:
+        """Stop the cluster this executor started (a local one, when none was running at its
+        first ``map``), so that the process exits promptly; a cluster it joined keeps running."""
+        if self._started:
+            _import_ray().shutdown()
+            self._started = False
 
     def __repr__(self) -> str:
         return (

@@ -12,9 +12,10 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from circuitlasso import cache
 from circuitlasso.circuits.circuit import Circuit
 from circuitlasso.data.graph import Edge
-from circuitlasso.data.interpbench import PromptPairs, encode_ioi, ioi_prompts, load_hub_case
+from circuitlasso.data.interpbench import encode_ioi, ioi_prompts, load_hub_case
 from circuitlasso.data.interpbench.ioi import name_token_ids, restrict_unembedding
 from circuitlasso.data.models import gpt2_tokenizer
+from circuitlasso.data.prompt_pairs import PromptPairs
 from circuitlasso.evaluation.interpbench import RunSettings, evaluate, evaluate_ioi
 from circuitlasso.evaluation.interpbench.evaluate import MethodRun
 

@@ -117,6 +117,36 @@ def test_get_executor_names_and_errors():
         RayExecutor(cpus_per_task=0)
 
 
+class FakeRay:
+    """Ray's cluster calls, recorded: a cluster runs from the start when ``running``."""
+
+    def __init__(self, running: bool) -> None:
+        self.running, self.calls = running, []
+
+    def is_initialized(self) -> bool:
+        return self.running
+
+    def init(self, **kwargs) -> None:
+        self.running = True
+        self.calls.append("init")
+
+    def shutdown(self) -> None:
+        self.running = False
+        self.calls.append("shutdown")
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_shutdown_stops_the_cluster_the_executor_started_and_no_other(monkeypatch, running):
+    fake = FakeRay(running)
+    monkeypatch.setattr("circuitlasso.executor._import_ray", lambda: fake)
+    executor = RayExecutor()
+    assert list(executor.map(int, [])) == []
+    executor.shutdown()
+    executor.shutdown()  # once stopped, nothing more to stop
+    assert fake.calls == ([] if running else ["init", "shutdown"])
+    assert fake.running is running
+
+
 @pytest.mark.slow  # a local Ray cluster
 def test_layer_pairs_on_ray_equal_the_serial_run(cluster, Z, serial, tmp_path):
     counting = Counting(RayExecutor(cpus_per_task=1))

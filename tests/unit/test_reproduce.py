@@ -455,6 +455,10 @@ def test_sections_start_longest_first_by_their_last_run_and_new_real_ones_before
     assert rp.start_order(project, plans) == ["delta", "gamma", "beta", "alpha"]
     assert rp.last_seconds(project, "beta", "toy") == 30.0
     assert rp.last_seconds(project, "delta", "real") is None
+    # never run on these profiles: the profile with more pages first, toy last
+    plans = {"alpha": {"profile": "real"}, "beta": {"profile": "decoder"},
+             "gamma": {"profile": "decoder"}, "delta": {"profile": "toy"}}  # fmt: skip
+    assert rp.start_order(project, plans) == ["beta", "gamma", "alpha", "delta"]
 
 
 def test_a_quick_build_runs_the_sections_it_lists_smaller_and_checks_them_on_their_own(

@@ -40,11 +40,28 @@ def test_regime_table_keeps_the_shown_columns_to_three_decimals() -> None:
     assert table.iloc[0].tolist() == ["gpt2", 12, 64, "a", 10.123, True, 0.988]
 
 
+class SerialStandIn(SerialExecutor):
+    """A RayExecutor's place, run serially; records that the cluster was shut down."""
+
+    def __init__(self, logging_level: str) -> None:
+        self.stopped = False
+
+    def shutdown(self) -> None:
+        self.stopped = True
+
+
 def test_serial_vs_ray_times_both_executors_on_the_same_problem(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cluster, "RayExecutor", lambda logging_level: SerialExecutor())
+    made: list[SerialStandIn] = []
+
+    def ray_executor(logging_level: str) -> SerialStandIn:
+        made.append(SerialStandIn(logging_level))
+        return made[-1]
+
+    monkeypatch.setattr(cluster, "RayExecutor", ray_executor)
     pairs = cluster.serial_vs_ray((60, 300), seed=1, chunk_size=128)
+    assert [executor.stopped for executor in made] == [True]  # the cluster it started is stopped
     assert pairs.index.tolist() == ["serial", "ray (this machine)"]
     assert pairs["tasks"].tolist() == [3, 3]  # ceil(300 / 128) child chunks
     assert pairs["coef_diff_vs_first"].tolist() == [0.0, 0.0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuitlasso.data.interpbench.prompts import PromptPairs
+from circuitlasso.data.prompt_pairs import PromptPairs
 
 HEAD_WIDTH = 64  # GPT-2's d_model / n_heads
 

@@ -74,11 +74,12 @@ def serial_vs_ray(shape: tuple[int, int], *, seed: int = 0, chunk_size: int = 25
     :class:`SerialExecutor` ("serial") and by a :class:`RayExecutor` on this machine
     ("ray (this machine)"): one row per executor, columns as :func:`time_layer_pairs`'."""
     X, Y, _ = sae_like_problem(*shape, d=shape[1], seed=seed)
-    executors: dict[str, Executor] = {
-        "serial": SerialExecutor(),
-        "ray (this machine)": RayExecutor(logging_level="ERROR"),
-    }
-    return time_layer_pairs({0: X, 1: Y.tocsr()}, executors, chunk_size=chunk_size)
+    ray = RayExecutor(logging_level="ERROR")
+    executors: dict[str, Executor] = {"serial": SerialExecutor(), "ray (this machine)": ray}
+    try:
+        return time_layer_pairs({0: X, 1: Y.tocsr()}, executors, chunk_size=chunk_size)
+    finally:
+        ray.shutdown()  # the cluster it started: a kernel left with one exits slowly
 
 
 def task_overhead(executor: Executor, n_tasks: int = 200) -> float:

@@ -69,7 +69,7 @@ from circuitlasso.data.graph import (
     prompts_per_batch,
     require_hook_flags,
 )
-from circuitlasso.data.interpbench.prompts import PromptPairs
+from circuitlasso.data.prompt_pairs import PromptPairs
 from circuitlasso.evaluation.cost.store import stored_row
 from circuitlasso.evaluation.eap import (
     edge_attribution_patching,

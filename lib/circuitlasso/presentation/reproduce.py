@@ -374,12 +374,16 @@ def last_seconds(project: Project, section: str, profile: str) -> float | None:
 def start_order(project: Project, plans: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The sections of ``plans`` longest first, as their last run on the same profile took
     (:func:`last_seconds`); sections never run come first, those of a profile other than ``toy``
-    (the real models) before the others, in the order of ``plans``."""
+    (the real models) before the others, those of the profile with the most of them first (its
+    pages, which share one model, take longest together), in the order of ``plans``."""
+    profiles = [str(p.get("profile", "toy")) for p in plans.values()]
 
-    def key(section: str) -> tuple[bool, bool, float]:
+    def key(section: str) -> tuple[bool, bool, int, float]:
         profile = str(plans[section].get("profile", "toy"))
         seconds = last_seconds(project, section, profile)
-        return (seconds is not None, profile == "toy" and seconds is None, -(seconds or 0.0))
+        never = seconds is None
+        pages = profiles.count(profile) if never and profile != "toy" else 0
+        return (not never, profile == "toy" and never, -pages, -(seconds or 0.0))
 
     return sorted(plans, key=key)  # stable: ties keep the order of plans
 

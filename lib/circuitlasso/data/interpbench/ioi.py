@@ -37,7 +37,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformers import PreTrainedTokenizerBase
 
-from circuitlasso.data.interpbench.prompts import PromptPairs
+from circuitlasso.data.prompt_pairs import PromptPairs
 
 Corruption = Literal["abc", "swap"]
 CORRUPTIONS: tuple[Corruption, ...] = ("abc", "swap")

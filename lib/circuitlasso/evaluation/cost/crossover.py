@@ -27,7 +27,7 @@ from transformer_lens import HookedTransformer
 from circuitlasso.circuits.components import LINEAR_TOL, linear_edge_scores
 from circuitlasso.collect import collect_nodes
 from circuitlasso.data.graph import graph_nodes
-from circuitlasso.data.interpbench.prompts import PromptPairs
+from circuitlasso.data.prompt_pairs import PromptPairs
 from circuitlasso.data.random_models import (
     ModelShape,
     build_model,

@@ -37,7 +37,8 @@ from circuitlasso.data.graph import Edge, candidate_edges, graph_nodes
 from circuitlasso.data.interpbench.compile import CompiledTask, compile_case, compile_task
 from circuitlasso.data.interpbench.convert import Variant, to_hooked_transformer
 from circuitlasso.data.interpbench.programs import TracrTask, get_task
-from circuitlasso.data.interpbench.prompts import PromptPairs, make_prompts
+from circuitlasso.data.interpbench.prompts import make_prompts
+from circuitlasso.data.prompt_pairs import PromptPairs
 from circuitlasso.evaluation.eap import edge_attribution_patching
 from circuitlasso.evaluation.patched import PATCHED_ROWS, patched_lasso
 
