@@ -1,5 +1,5 @@
 """The toy world end to end: a quick rebuild (loads, fits the model, is deterministic) and the
-artifacts shipped in the package (manifest hashes, report targets)."""
+artifacts shipped in the package (manifest hashes, the stored report within the reference)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from sae_lens import StandardSAE, StandardSAEConfig
 from safetensors.torch import load_file
 
@@ -20,7 +21,6 @@ from circuitlasso.data.toyworld import (
     default_toy_dir,
     load_toy_model,
     load_toy_saes,
-    toy_report,
 )
 from circuitlasso.data.toyworld.build import retrained_toy_saes
 from circuitlasso.data.toyworld.report import (
@@ -28,15 +28,13 @@ from circuitlasso.data.toyworld.report import (
     category_features,
     encode,
     mean_pool,
+    report_summary,
     top_activating_tokens,
 )
+from circuitlasso.presentation.reproduce import Project
+from circuitlasso.presentation.summaries import compare_summary
 
-HEADLINE = {  # metric: how far another CPU's rounding may move it from the stored report
-    "lm_next_token_accuracy": 1e-3,
-    "sae_explained_variance_min": 1e-3,
-    "sae_dead_fraction_max": 1e-3,
-    "probe_test_accuracy": 5e-3,  # a probe on about 1,000 sentences: a few may flip
-}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -148,21 +146,17 @@ def test_missing_toy_world_says_how_to_build_it(tmp_path: Path) -> None:
         load_toy_saes(path=tmp_path / "nothing")
 
 
-@pytest.mark.slow
-def test_committed_toy_world_matches_its_manifest_and_meets_the_targets() -> None:
+def test_committed_toy_world_matches_its_manifest_and_its_report_the_reference() -> None:
+    """The shipped files are the manifest's, and the shipped report holds within the reference
+    the toyworld section's report, computed afresh from the same files, is checked against (the
+    book test): so the stored report is what the shipped model and SAEs give."""
     root = default_toy_dir()
     manifest = json.loads((root / MANIFEST_FILE).read_text())
     assert manifest["command"] == "circuitlasso toy build --seed 0"
     assert manifest_mismatches(root) == []
-    report = toy_report(root)
     stored = json.loads((root / REPORT_FILE).read_text())
-    for key, tolerance in HEADLINE.items():
-        assert report[key] == pytest.approx(stored[key], abs=tolerance), key
-    assert report["sae_explained_variance_min"] >= 0.85
-    assert report["sae_dead_fraction_max"] <= 0.10
-    assert report["probe_test_accuracy"] >= report["probe"]["chance_accuracy"] + 0.15
-    precise = {row["category"] for row in report["category_features"] if row["precision"] >= 0.9}
-    assert {"reflexives", "final_punctuation"} <= precise
+    reference = yaml.safe_load(Project(ROOT).reference("toy").read_text())["toyworld"]
+    assert compare_summary(report_summary(stored), reference) == []
 
 
 def test_report_metrics_match_direct_computation() -> None:
