@@ -36,7 +36,7 @@ from circuitlasso.timing import Stopwatch
 CACHE_ENV = "CIRCUITLASSO_CACHE"
 MIRROR_ENV = "CIRCUITLASSO_MIRROR"
 WRITE_LOG_ENV = "CIRCUITLASSO_WRITE_LOG"  # a file each completed write appends its path to
-CLAIM_POLL_SECONDS = 0.05  # how often a chunk another process computes is looked for
+CLAIM_POLL_SECONDS = 0.05  # how often what another process computes is looked for
 CLAIM_WRITE_SECONDS = 10.0  # a claim still unwritten after this long is of a process that died
 
 T = TypeVar("T")
@@ -390,6 +390,33 @@ def _take_claim(claim: Path) -> bool:
     return False
 
 
+def _release_claim(claim: Path) -> None:
+    """Remove ``claim`` if this process holds it."""
+    if claim.is_file() and claim.read_text() == _this_process():
+        claim.unlink(missing_ok=True)
+
+
+def build_once(target: Path, build: Callable[[], object]) -> Path:
+    """``target``, made by ``build()`` unless it exists, by one process of this machine at a
+    time: under a claim (``<target>.claim``, naming the process, as a chunk's), so that others
+    asking meanwhile wait for it rather than build it again, and take the claim over if its
+    process ends first. ``build`` must leave ``target`` whole or absent (atomic writes)."""
+    claim = target.with_name(target.name + ".claim")
+    while not target.exists():
+        claim.parent.mkdir(parents=True, exist_ok=True)
+        if not _take_claim(claim):
+            time.sleep(CLAIM_POLL_SECONDS)
+            continue
+        try:
+            if not target.exists():
+                build()
+        finally:
+            _release_claim(claim)
+        if not target.exists():
+            raise FileNotFoundError(f"building {target} left no file there")
+    return target
+
+
 class _ClaimedElsewhere:
     """What a chunk task returns when another live process is computing the chunk."""
 
@@ -422,5 +449,4 @@ class _SavedChunk:
                 torch.save(value, tmp)
             return value
         finally:
-            if claim.is_file() and claim.read_text() == _this_process():
-                claim.unlink(missing_ok=True)
+            _release_claim(claim)

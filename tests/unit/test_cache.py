@@ -420,3 +420,44 @@ def test_a_chunk_a_live_process_computes_is_waited_for_and_read_back(
         other.wait()
     torch.testing.assert_close(torch.stack(chunks)[:, 0], torch.tensor([0.0, 42.0, 2.0]))
     assert cache.chunk_seconds(key, 3, root=tmp_path) == 0.5 + 7.0 + 0.25  # 7 s: the other's
+
+
+def test_build_once_builds_in_one_thread_while_the_other_waits_for_it(tmp_path: Path) -> None:
+    target = tmp_path / "folder" / "weights.bin"
+    started, release = threading.Event(), threading.Event()
+    builds: list[str] = []
+
+    def build(name: str) -> None:
+        builds.append(name)
+        started.set()
+        release.wait(10)
+        with cache.atomic_path(target) as tmp:
+            tmp.write_text(name)
+
+    first = threading.Thread(target=cache.build_once, args=(target, lambda: build("first")))
+    first.start()
+    assert started.wait(10)
+    second: list[Path] = []
+    waiter = threading.Thread(
+        target=lambda: second.append(cache.build_once(target, lambda: build("second")))
+    )
+    waiter.start()
+    time.sleep(5 * cache.CLAIM_POLL_SECONDS)
+    assert second == []  # waiting for the first build, not building
+    release.set()
+    first.join(10)
+    waiter.join(10)
+    assert builds == ["first"] and second == [target] and target.read_text() == "first"
+    assert not list(tmp_path.rglob("*.claim"))
+
+
+def test_build_once_takes_over_the_claim_of_an_ended_process(tmp_path: Path) -> None:
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    target = tmp_path / "weights.bin"
+    claim = tmp_path / "weights.bin.claim"
+    claim.write_text(f"{socket.gethostname()} {ended.stdout.strip()} 1.0")
+    assert cache.build_once(target, lambda: target.write_text("built")) == target
+    assert target.read_text() == "built" and not claim.exists()
+    with pytest.raises(FileNotFoundError, match="left no file"):
+        cache.build_once(tmp_path / "never.bin", lambda: None)

@@ -52,7 +52,7 @@ from transformer_lens.pretrained.weight_conversions.gemma import convert_gemma_w
 from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from circuitlasso.cache import atomic_path, cache_root, sha256_of
+from circuitlasso.cache import atomic_path, build_once, cache_root, sha256_of
 from circuitlasso.data.hf import (
     HF_WEIGHTS,
     hf_dimensions,
@@ -167,11 +167,11 @@ def gguf_file() -> Path:
 
 def hf_folder() -> Path:
     """The model as a Hugging Face folder under the project cache, keyed by the GGUF's sha256;
-    written on first use from the GGUF (about a minute), each file atomically, weights last."""
+    written on first use from the GGUF (about a minute; by one process at a time, the others
+    waiting for it: :func:`~circuitlasso.cache.build_once`), each file atomically, weights last."""
     folder = cache_root() / "gemma3" / GGUF_SHA256[:16] / "hf"
-    if (folder / HF_WEIGHTS).is_file():
-        return folder
-    return save_hf_folder(folder, *load_hf_gemma3(from_gguf=True))
+    build_once(folder / HF_WEIGHTS, lambda: save_hf_folder(folder, *load_hf_gemma3(from_gguf=True)))
+    return folder
 
 
 def load_hf_gemma3(*, from_gguf: bool = False) -> tuple[Any, PreTrainedTokenizerBase]:
