@@ -13,9 +13,10 @@ They load on first use, so ``import circuitlasso`` (and the ``circuitlasso`` com
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from circuitlasso._lazy import lazy_names
 
 __version__ = metadata.version("circuitlasso")  # pyproject.toml's, one place
 
@@ -91,13 +92,4 @@ if TYPE_CHECKING:
     from circuitlasso.solve import lasso, logistic_lasso
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'circuitlasso' has no attribute '{name}'")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, also=["__version__"])

@@ -1,10 +1,13 @@
 """The package layout follows the data flow: no module imports from a later stage."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import networkx as nx
+import pytest
 
 import circuitlasso
 from circuitlasso.presentation.reproduce import profile_cells
@@ -17,6 +20,7 @@ STAGES = {
     "executor": 0,  # where independent tasks run: here, or on a Ray cluster
     "forward": 0,  # running a model: tokens, real-token masks, hooks, SAEs spliced in
     "memory": 0,  # memory budgets: batches sized by bytes, refused before work when too large
+    "_lazy": 0,  # packages whose names load on first use
     "data": 1,
     "collect": 2,
     "solve": 3,
@@ -179,3 +183,32 @@ def test_every_notebook_is_at_most_45_lines_of_code():
                      if line.strip() and not line.strip().startswith("#")]  # fmt: skip
             lengths[path.stem, profile] = len(lines)
     assert {name: n for name, n in lengths.items() if n > NOTEBOOK_CODE_LINES} == {}
+
+
+LAZY_CHECK = """
+import sys
+import circuitlasso, circuitlasso.data.interpbench as ib, circuitlasso.evaluation.cost as cost
+import circuitlasso.data.interpbench.ioi, circuitlasso.evaluation.faithfulness
+import circuitlasso.presentation.plots
+print("tracr" in sys.modules, "jax" in sys.modules)
+print(ib.CASE_IDS[0], "tracr" in sys.modules, cost.rows_varying.__module__)
+print("CASE_IDS" in dir(ib), "load_model" in dir(circuitlasso), "__version__" in dir(circuitlasso))
+try:
+    ib.no_such_name
+except AttributeError as err:
+    print(err)
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_packages_load_their_names_on_first_use_and_leave_tracr_to_the_compiler() -> None:
+    """IOI prompts, faithfulness and the plots import without tracr and JAX; reading a name of
+    ``data.interpbench`` that compiles loads them; ``dir`` lists the lazy names."""
+    out = subprocess.run([sys.executable, "-c", LAZY_CHECK], capture_output=True, text=True,
+                         check=True).stdout.splitlines()  # fmt: skip
+    assert out == [
+        "False False",
+        "3 True circuitlasso.evaluation.cost.scaling",
+        "True True True",
+        "module 'circuitlasso.data.interpbench' has no attribute 'no_such_name'",
+    ]

@@ -13,29 +13,30 @@ that IOI prompts and the hub loader (``ioi``, ``hub``) come without them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from circuitlasso._lazy import lazy_names
 
 _EXPORTS = {
-    "CompiledTask": "compile",
-    "compile_case": "compile",
-    "compile_task": "compile",
-    "VARIANTS": "convert",
-    "decode_outputs": "convert",
-    "encode_inputs": "convert",
-    "to_hooked_transformer": "convert",
-    "HELDOUT_IDS": "heldout",
-    "HELDOUT_TASKS": "heldout",
-    "HubCase": "hub",
-    "load_hub_case": "hub",
-    "IOIPair": "ioi",
-    "encode_ioi": "ioi",
-    "ioi_prompts": "ioi",
-    "CASE_IDS": "programs",
-    "CASES": "programs",
-    "TracrTask": "programs",
-    "get_task": "programs",
-    "make_prompts": "prompts",
+    "CompiledTask": ".compile",
+    "compile_case": ".compile",
+    "compile_task": ".compile",
+    "VARIANTS": ".convert",
+    "decode_outputs": ".convert",
+    "encode_inputs": ".convert",
+    "to_hooked_transformer": ".convert",
+    "HELDOUT_IDS": ".heldout",
+    "HELDOUT_TASKS": ".heldout",
+    "HubCase": ".hub",
+    "load_hub_case": ".hub",
+    "IOIPair": ".ioi",
+    "encode_ioi": ".ioi",
+    "ioi_prompts": ".ioi",
+    "CASE_IDS": ".programs",
+    "CASES": ".programs",
+    "TracrTask": ".programs",
+    "get_task": ".programs",
+    "make_prompts": ".prompts",
 }
 
 __all__ = [
@@ -75,13 +76,4 @@ if TYPE_CHECKING:
     from circuitlasso.data.interpbench.prompts import make_prompts
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -18,37 +18,38 @@ the slopes come without them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from circuitlasso._lazy import lazy_names
 
 _EXPORTS = {
-    "GEMMA_2_2B": "algebra",
-    "GPT2_SMALL": "algebra",
-    "MODEL_SHAPES": "algebra",
-    "PYTHIA_70M": "algebra",
-    "eap_ig_additional_count": "algebra",
-    "proposition1_count": "algebra",
-    "proposition2": "algebra",
-    "proposition2_table": "algebra",
-    "regime_table": "algebra",
-    "CROSSOVER_METHODS": "crossover",
-    "crossover_grid": "crossover",
-    "product_throughput": "crossover",
-    "projected_time_methods": "crossover",
-    "time_methods": "crossover",
-    "planted_block_sem": "proposition1",
-    "time_and_slopes": "proposition1",
-    "time_block_lasso": "proposition1",
-    "CROSSOVER_RATIOS": "scaling",
-    "CROSSOVER_SIZES": "scaling",
-    "SIZES": "scaling",
-    "crossover_fit": "scaling",
-    "crossover_scaling": "scaling",
-    "loglog_slopes": "scaling",
-    "rows_varying": "scaling",
-    "vary_one_at_a_time": "scaling",
-    "machine_description": "store",
-    "stored_row": "store",
+    "GEMMA_2_2B": ".algebra",
+    "GPT2_SMALL": ".algebra",
+    "MODEL_SHAPES": ".algebra",
+    "PYTHIA_70M": ".algebra",
+    "eap_ig_additional_count": ".algebra",
+    "proposition1_count": ".algebra",
+    "proposition2": ".algebra",
+    "proposition2_table": ".algebra",
+    "regime_table": ".algebra",
+    "CROSSOVER_METHODS": ".crossover",
+    "crossover_grid": ".crossover",
+    "product_throughput": ".crossover",
+    "projected_time_methods": ".crossover",
+    "time_methods": ".crossover",
+    "planted_block_sem": ".proposition1",
+    "time_and_slopes": ".proposition1",
+    "time_block_lasso": ".proposition1",
+    "CROSSOVER_RATIOS": ".scaling",
+    "CROSSOVER_SIZES": ".scaling",
+    "SIZES": ".scaling",
+    "crossover_fit": ".scaling",
+    "crossover_scaling": ".scaling",
+    "loglog_slopes": ".scaling",
+    "rows_varying": ".scaling",
+    "vary_one_at_a_time": ".scaling",
+    "machine_description": ".store",
+    "stored_row": ".store",
 }
 
 __all__ = [
@@ -118,13 +119,4 @@ if TYPE_CHECKING:
     from circuitlasso.evaluation.cost.store import machine_description, stored_row
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
